@@ -1,0 +1,174 @@
+"""The raw log: what `record` writes while recording, before any conversion.
+
+Layout: an 8-byte magic, then blocks.  Each block is a 24-byte header
+(kind: 4 ASCII bytes, ring id u32, payload length u64, crc32 u32, reserved u32)
+followed by the payload:
+
+- ``META``: a JSON object.  The first block is always META with
+  ``"type": "header"`` (clock snapshot, rings, uname, command...).
+  Later METAs carry process snapshots (``"type": "procs"``) and notes.
+- ``RING``: bytes copied verbatim from one BPF ring buffer (record headers
+  included); decode with :func:`timeline.events.decode_ring_bytes`.
+- ``END!``: JSON with final stats (drops, exit code).  Its presence means the
+  recording was finalized; a log without it was cut short (recorder killed)
+  and is still convertible up to its last whole block.
+
+Each block is written with one ``writev`` so a killed recorder leaves at most
+one partial block at the tail; the reader stops there and reports it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import zlib
+from typing import Iterator
+
+import orjson
+
+MAGIC = b"TLRAW\x00\x01\n"
+BLOCK_HDR = struct.Struct("<4sIQII")
+KIND_META = b"META"
+KIND_RING = b"RING"
+KIND_END = b"END!"
+KNOWN_KINDS = (KIND_META, KIND_RING, KIND_END)
+# A single block larger than this is treated as corruption, not a real length.
+MAX_BLOCK = 1 << 31
+
+
+class RawLogError(Exception):
+    """The file is not a timeline raw log, or cannot be read at all."""
+
+
+@dataclasses.dataclass
+class Block:
+    kind: bytes
+    ring: int
+    payload: bytes
+    offset: int
+
+    def json(self) -> dict:
+        return orjson.loads(self.payload)
+
+
+class RawLogWriter:
+    """Appends blocks to a raw log.  Not thread-safe: one writer thread."""
+
+    def __init__(self, path: str, header: dict, *, mode: int = 0o600, owner: tuple[int, int] | None = None):
+        self.path = path
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        self.fd = os.open(path, flags, mode)
+        os.fchmod(self.fd, mode)
+        if owner is not None:
+            os.fchown(self.fd, owner[0], owner[1])
+        self.bytes_written = 0
+        os.write(self.fd, MAGIC)
+        self.bytes_written += len(MAGIC)
+        self.write_meta({"type": "header", **header})
+
+    def write_block(self, kind: bytes, payload, ring: int = 0) -> None:
+        mv = memoryview(payload).cast("B")
+        hdr = BLOCK_HDR.pack(kind, ring, mv.nbytes, zlib.crc32(mv), 0)
+        total = len(hdr) + mv.nbytes
+        done = os.writev(self.fd, [hdr, mv])
+        if done != total:  # short write (disk full, signal): finish it
+            rest = (hdr + bytes(mv))[done:]
+            while rest:
+                n = os.write(self.fd, rest)
+                rest = rest[n:]
+        self.bytes_written += total
+
+    def write_meta(self, obj: dict) -> None:
+        self.write_block(KIND_META, orjson.dumps(obj))
+
+    def write_ring(self, ring: int, data) -> None:
+        self.write_block(KIND_RING, data, ring)
+
+    def finish(self, stats: dict) -> None:
+        self.write_block(KIND_END, orjson.dumps({"type": "end", **stats}))
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclasses.dataclass
+class Damage:
+    offset: int
+    reason: str
+
+
+class RawLogReader:
+    """Reads blocks in order; stops cleanly at the first damaged block.
+
+    After iteration, ``damage`` says where and why reading stopped early (None
+    when the log ended cleanly) and ``finalized`` whether an END block was seen.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._f = open(path, "rb")
+        except OSError as e:
+            raise RawLogError(f"cannot open {path}: {e.strerror}") from None
+        magic = self._f.read(len(MAGIC))
+        if magic != MAGIC:
+            self._f.close()
+            if magic[:5] == MAGIC[:5]:
+                raise RawLogError(f"{path}: unsupported raw log version")
+            raise RawLogError(f"{path} is not a timeline raw log")
+        self.size = os.fstat(self._f.fileno()).st_size
+        self.damage: Damage | None = None
+        self.finalized = False
+        self.header = self._read_header()
+
+    def _read_header(self) -> dict:
+        blk = self._next_block()
+        if blk is None or blk.kind != KIND_META:
+            raise RawLogError(f"{self.path}: raw log has no header (file is empty or damaged)")
+        hdr = blk.json()
+        if hdr.get("type") != "header":
+            raise RawLogError(f"{self.path}: first block is not a header")
+        return hdr
+
+    def _next_block(self) -> Block | None:
+        off = self._f.tell()
+        raw = self._f.read(BLOCK_HDR.size)
+        if not raw:
+            return None
+        if len(raw) < BLOCK_HDR.size:
+            self.damage = Damage(off, "truncated block header")
+            return None
+        kind, ring, length, crc, _ = BLOCK_HDR.unpack(raw)
+        if kind not in KNOWN_KINDS or length > MAX_BLOCK:
+            self.damage = Damage(off, "corrupt block header")
+            return None
+        payload = self._f.read(length)
+        if len(payload) < length:
+            self.damage = Damage(off, f"truncated block ({len(payload)} of {length} bytes)")
+            return None
+        if zlib.crc32(payload) != crc:
+            self.damage = Damage(off, "checksum mismatch")
+            return None
+        return Block(kind, ring, payload, off)
+
+    def blocks(self) -> Iterator[Block]:
+        """Every block after the header, in file order."""
+        while True:
+            blk = self._next_block()
+            if blk is None:
+                return
+            if blk.kind == KIND_END:
+                self.finalized = True
+            yield blk
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
