@@ -1,0 +1,72 @@
+"""Build the CO-RE BPF objects shipped with timeline.
+
+    python -m timeline.bpf.build [--vmlinux /sys/kernel/btf/vmlinux] [--force]
+
+Generates vmlinux.h from kernel BTF with bpftool, then compiles every
+``*.bpf.c`` here with clang into ``*.bpf.o`` next to it.  CO-RE relocations
+make the objects portable to other BTF-enabled kernels, so users of a built
+package need neither clang nor headers.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if not path:
+        sys.exit(f"build: {tool} not found (apt-get install clang llvm libbpf-dev bpftool)")
+    return path
+
+
+def gen_vmlinux_h(btf: str, out: Path) -> None:
+    bpftool = _need("bpftool")
+    with open(out, "wb") as f:
+        subprocess.run([bpftool, "btf", "dump", "file", btf, "format", "c"], stdout=f, check=True)
+
+
+def compile_one(src: Path, force: bool) -> Path:
+    obj = src.with_suffix(".o")  # foo.bpf.c -> foo.bpf.o
+    deps = [src, HERE / "vmlinux.h", *HERE.glob("*.h")]
+    if not force and obj.exists() and obj.stat().st_mtime >= max(d.stat().st_mtime for d in deps):
+        return obj
+    cmd = [
+        _need("clang"), "-g", "-O2", "-target", "bpf", "-D__TARGET_ARCH_x86",
+        "-Wall", "-Werror", "-I", str(HERE), "-c", str(src), "-o", str(obj),
+    ]
+    if os.path.isdir(MULTIARCH_INCLUDE):
+        cmd[1:1] = ["-I", MULTIARCH_INCLUDE]
+    subprocess.run(cmd, check=True)
+    # Drop DWARF but keep .BTF/.BTF.ext, which CO-RE relocation needs.
+    subprocess.run([_need("llvm-strip"), "-g", str(obj)], check=True)
+    return obj
+
+
+def build(vmlinux: str = "/sys/kernel/btf/vmlinux", force: bool = False) -> list[Path]:
+    header = HERE / "vmlinux.h"
+    if force or not header.exists():
+        if not os.path.exists(vmlinux):
+            sys.exit(f"build: {vmlinux} not found: the kernel needs CONFIG_DEBUG_INFO_BTF=y")
+        gen_vmlinux_h(vmlinux, header)
+    return [compile_one(src, force) for src in sorted(HERE.glob("*.bpf.c"))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vmlinux", default="/sys/kernel/btf/vmlinux")
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args()
+    for obj in build(args.vmlinux, args.force):
+        print(f"built {obj.relative_to(HERE.parent.parent)}")
+
+
+if __name__ == "__main__":
+    main()
