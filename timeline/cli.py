@@ -1,0 +1,39 @@
+"""Command-line entry point: `timeline <command>`."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import __version__
+from .errors import UserError
+
+
+class _Group(click.Group):
+    """Turns UserError (and trace-reading errors) into one line, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            click.echo(f"timeline: error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="timeline")
+def main():
+    """Record Python ML training with eBPF into one Perfetto timeline."""
+
+
+def _register():
+    from .commands import convert, record
+
+    main.add_command(record.record)
+    main.add_command(convert.convert_cmd)
+
+
+_register()
+
+if __name__ == "__main__":
+    main()

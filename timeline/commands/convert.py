@@ -1,0 +1,71 @@
+"""`timeline convert RAW -o OUT`: turn a raw log into a trace file."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..errors import UserError
+from ..rawlog import RawLogError
+from .output import check_writable, human_bytes, infer_format
+
+
+def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False):
+    """Convert with a progress bar on a terminal; warn about damage."""
+    from ..converters import convert
+
+    progress = None
+    bar = None
+    if not quiet and sys.stderr.isatty():
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        bar = Progress("converting", BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True,
+                       console=_console())
+        task = bar.add_task("convert", total=os.path.getsize(raw))
+        bar.start()
+        progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
+    try:
+        res = convert(raw, out, fmt=fmt, progress=progress)
+    except RawLogError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if bar is not None:
+            bar.stop()
+    if owner is not None:
+        os.chown(out, *owner)
+    if res.damage is not None:
+        click.echo(f"timeline: warning: {raw} is damaged at byte {res.damage.offset} ({res.damage.reason}); "
+                   f"converted the {res.events} events before it", err=True)
+    elif not res.finalized:
+        click.echo(f"timeline: warning: {raw} was not finalized (recorder killed?); converted all "
+                   f"{res.events} events it holds", err=True)
+    return res
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@click.command("convert")
+@click.argument("raw", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", help="Output trace (default: RAW with .pftrace or .json).")
+@click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]),
+              help="perfetto (.pftrace protobuf, default) or chrome (JSON; gzip if OUTPUT ends in .gz).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+def convert_cmd(raw, output, fmt, quiet):
+    """Convert a raw recording (.tlraw) into a Perfetto or Chrome JSON trace."""
+    if not os.path.exists(raw):
+        raise UserError(f"{raw} does not exist")
+    if not os.access(raw, os.R_OK):
+        raise UserError(f"cannot read {raw}: permission denied")
+    fmt = infer_format(output or "", fmt)
+    if output is None:
+        base = raw[:-6] if raw.endswith(".tlraw") else raw
+        output = base + (".json" if fmt == "chrome" else ".pftrace")
+    check_writable(output)
+    res = run_conversion(raw, output, fmt, quiet=quiet)
+    if not quiet:
+        click.echo(f"wrote {output} ({human_bytes(res.out_bytes)}, {res.events} events)", err=True)

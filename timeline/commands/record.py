@@ -1,0 +1,98 @@
+"""`timeline record`: record a command (or a running process) into a trace."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from ..errors import UserError
+from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
+from ..target import invoking_user
+from .convert import run_conversion
+from .output import check_writable, human_bytes, infer_format, raw_path_for
+
+
+class _StatusLine:
+    """One self-rewriting line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._last = 0.0
+
+    def __call__(self, p: dict) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self._last < 1.0:
+            return
+        self._last = now
+        drops = f", {p['drops']} dropped" if p["drops"] else ""
+        sys.stderr.write(f"\r\x1b[2Ktimeline: recording {p['elapsed']:.0f}s, {p['records']:,} events "
+                         f"({p['rate']:,.0f}/s{drops}), raw {human_bytes(p['raw_bytes'])}\r")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self._last:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+
+
+def _parse_events(value: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    return names or DEFAULT_EVENTS
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", help="Trace file to write (default: timeline-DATE-TIME.pftrace). "
+              "A .json or .json.gz name selects Chrome JSON.")
+@click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
+@click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
+@click.option("-d", "--duration", type=float, help="Stop recording after this many seconds.")
+@click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
+              help="Event families, comma separated (proc is always on). Known: sched, proc.")
+@click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
+@click.option("--keep-raw", is_flag=True, help="Keep the .tlraw log next to the trace after converting.")
+@click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
+@click.option("--buffer-size", type=int, default=16, show_default=True, help="sched ring buffer size in MiB.")
+@click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, quiet, command):
+    """Record COMMAND (after --) or --pid N into a trace.
+
+    \b
+      sudo timeline record -o run.pftrace -- python train.py
+      sudo timeline record --pid 1234 --duration 30
+    """
+    if pid is not None and command:
+        raise UserError("give either a command or --pid, not both")
+    if output is None:
+        output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
+    fmt = infer_format(output, fmt)
+    raw = output if raw_only else raw_path_for(output)
+    check_writable(output)
+    check_writable(raw)
+    run_as = invoking_user()
+    owner = (run_as.uid, run_as.gid) if run_as else None
+    cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
+                       duration=duration, as_root=as_root, buffer_mb=buffer_size, owner=owner)
+    status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
+    try:
+        res = Recorder(cfg, status=status).run()
+    finally:
+        status.clear()
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
+    say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
+    total_drops = sum(res.drops.values())
+    if total_drops:
+        click.echo(f"timeline: warning: {total_drops:,} events were dropped (ring buffer full): "
+                   + ", ".join(f"{k} {v:,}" for k, v in res.drops.items() if v)
+                   + "; try a larger --buffer-size", err=True)
+    if raw_only:
+        say(f"timeline: wrote {raw} ({human_bytes(res.raw_bytes)})")
+    else:
+        conv = run_conversion(raw, output, fmt, owner=owner, quiet=quiet)
+        if not keep_raw:
+            os.unlink(raw)
+        say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")
+    sys.exit(res.exit_code)

@@ -1,0 +1,323 @@
+"""`timeline record`: load probes, follow the target tree, write the raw log.
+
+The hot path is a consumer thread that copies committed ring-buffer spans
+into the raw log (timeline.ring_reader); nothing is decoded while recording.
+Conversion to Perfetto/Chrome JSON happens afterwards (timeline.converters).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import psutil
+
+from . import __version__, events, libbpf
+from .bpf_session import FAMILIES, BpfSession
+from .errors import UserError
+from .rawlog import RawLogWriter
+from .target import RunAs, exit_status, invoking_user, launch, resolve_command, snapshot_tree
+
+DEFAULT_EVENTS = ("sched",)
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+
+
+@dataclass
+class RecordConfig:
+    raw_path: str
+    command: list[str] | None = None
+    pid: int | None = None
+    events: tuple[str, ...] = DEFAULT_EVENTS
+    duration: float | None = None
+    as_root: bool = False
+    buffer_mb: int = 16
+    poll_interval: float = 0.05
+    owner: tuple[int, int] | None = None  # chown output files to (uid, gid)
+
+
+@dataclass
+class RecordResult:
+    exit_code: int
+    reason: str
+    records: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)
+    drops: dict[str, int] = field(default_factory=dict)
+    raw_bytes: int = 0
+    elapsed: float = 0.0
+
+
+def _effective_caps() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def preflight(cfg: RecordConfig) -> None:
+    """Every check that can fail before anything is loaded or launched."""
+    caps = _effective_caps()
+    if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
+        raise UserError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        raise UserError("this kernel exposes no BTF (/sys/kernel/btf/vmlinux): timeline needs CONFIG_DEBUG_INFO_BTF=y")
+    try:
+        libbpf.lib()
+    except libbpf.LibbpfMissing as e:
+        raise UserError(str(e)) from None
+    unknown = [e for e in cfg.events if e not in FAMILIES]
+    if unknown:
+        raise UserError(f"unknown event family {unknown[0]!r} (known: {', '.join(sorted(FAMILIES))})")
+    if cfg.pid is not None:
+        if cfg.pid <= 0 or not psutil.pid_exists(cfg.pid):
+            raise UserError(f"no process with PID {cfg.pid}")
+        if cfg.pid == os.getpid():
+            raise UserError("timeline cannot record itself")
+    elif cfg.command:
+        resolve_command(cfg.command, dict(os.environ))
+    else:
+        raise UserError("nothing to record: give a command after -- or --pid N")
+    if cfg.buffer_mb < 1 or cfg.buffer_mb & (cfg.buffer_mb - 1):
+        raise UserError("--buffer-size must be a power of two number of MiB (1, 2, 4, ...)")
+
+
+def _clock_snapshot() -> dict:
+    # Read BOOTTIME between two REALTIME reads; take the midpoint.
+    r0 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    b = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    m = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    r1 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    return {"boottime_ns": b, "realtime_ns": (r0 + r1) // 2, "monotonic_ns": m}
+
+
+class _Consumer(threading.Thread):
+    """Copies ring data to the raw log until stopped."""
+
+    def __init__(self, session: BpfSession, writer: RawLogWriter, interval: float):
+        super().__init__(name="timeline-consumer", daemon=True)
+        self.session, self.writer, self.interval = session, writer, interval
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()  # one drainer at a time (final drain)
+        self.kind_counts: dict[tuple[int, int], int] = {}
+        self.error: BaseException | None = None
+        self._kind_off = {rid: events.RINGBUF_HDR + fam.dtype.fields["kind"][1]
+                          for rid, fam in ((f.ring_id, f) for f in session.families)}
+
+    def drain_once(self) -> int:
+        total = 0
+        with self.lock:
+            for rid, reader in self.session.readers.items():
+                data = reader.drain()
+                if not data:
+                    continue
+                self.writer.write_ring(rid, data)
+                total += len(data)
+                rows = np.frombuffer(data, np.uint8).reshape(-1, reader.stride)
+                for kind, n in enumerate(np.bincount(rows[:, self._kind_off[rid]])):
+                    if n:
+                        self.kind_counts[(rid, kind)] = self.kind_counts.get((rid, kind), 0) + int(n)
+        return total
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                moved = self.drain_once()
+                # Busy rings get drained again at once; idle ones wait.
+                if moved < (1 << 20):
+                    self.stop_event.wait(self.interval)
+        except BaseException as e:  # surfaced by the recorder
+            self.error = e
+
+
+KIND_NAMES = {
+    (events.RING_SCHED, events.SCHED_SWITCH): "sched_switch",
+    (events.RING_SCHED, events.SCHED_WAKING): "sched_waking",
+    (events.RING_PROC, events.PROC_FORK): "fork",
+    (events.RING_PROC, events.PROC_EXEC): "exec",
+    (events.RING_PROC, events.PROC_EXIT): "exit",
+    (events.RING_PROC, events.PROC_RENAME): "rename",
+}
+
+
+class Recorder:
+    def __init__(self, cfg: RecordConfig, status=None):
+        self.cfg = cfg
+        self.status = status  # callable(dict) for the progress line, or None
+        self._signals: list[int] = []
+        self.start_time = 0.0
+
+    # -- signals ------------------------------------------------------------
+    def _on_signal(self, signum, _frame):
+        self._signals.append(signum)
+
+    def _install_signals(self):
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+    # -- main ---------------------------------------------------------------
+    def run(self) -> RecordResult:
+        cfg = self.cfg
+        preflight(cfg)
+        run_as = None if cfg.as_root else invoking_user()
+        header = {
+            "version": 1,
+            "timeline_version": __version__,
+            "clock": _clock_snapshot(),
+            "uname": dict(zip(("sysname", "nodename", "release", "version", "machine"), os.uname())),
+            "ncpu": os.cpu_count(),
+            "mode": "attach" if cfg.pid else "launch",
+            "command": list(cfg.command) if cfg.command else None,
+            "target_pid": cfg.pid,
+            "recorder_pid": os.getpid(),
+            "events": ["proc", *[e for e in cfg.events if e != "proc"]],
+            "python": platform.python_version(),
+        }
+        fams = [FAMILIES[name] for name in header["events"]]
+        header["rings"] = {str(f.ring_id): {"name": f.name, "record_size": f.dtype.itemsize,
+                                            "stride": events.ring_stride(f.dtype)} for f in fams}
+        try:
+            writer = RawLogWriter(cfg.raw_path, header, owner=cfg.owner)
+        except OSError as e:
+            raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
+        try:
+            session = BpfSession(list(cfg.events), launcher_tgid=os.getpid(),
+                                 ring_sizes={"sched": cfg.buffer_mb << 20})
+        except libbpf.BPFError as e:
+            writer.close()
+            os.unlink(cfg.raw_path)
+            raise UserError(f"loading the eBPF programs failed: {e}") from None
+        restore = self._install_signals()
+        consumer = _Consumer(session, writer, cfg.poll_interval)
+        proc: subprocess.Popen | None = None
+        reason, code = "target exited", 0
+        try:
+            session.attach()
+            consumer.start()
+            self.start_time = time.monotonic()
+            if cfg.pid:
+                self._attach_tree(session, writer, cfg.pid)
+            else:
+                session.arm_launch(True)
+                try:
+                    proc = launch(cfg.command, run_as)
+                finally:
+                    session.arm_launch(False)
+                writer.write_meta({"type": "launched", "pid": proc.pid, "ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+            reason, code = self._wait(proc, consumer, session)
+        finally:
+            restore()
+            result = self._finish(session, writer, consumer, reason, code)
+        if proc is not None and proc.poll() is None:
+            # Recording stopped (duration) while the target runs on: keep its
+            # exit code as ours, like a shell would.
+            result.exit_code = exit_status(proc.wait())
+        return result
+
+    def _attach_tree(self, session: BpfSession, writer: RawLogWriter, pid: int) -> None:
+        seen: dict[int, dict] = {}
+        # Two passes: children forked between the first scan and the map
+        # insert are caught by the second (after that, fork events do it).
+        for _ in range(2):
+            for p in snapshot_tree(pid):
+                for t in p["threads"]:
+                    session.track(t["tid"], p["pid"])
+                seen[p["pid"]] = p
+        writer.write_meta({"type": "procs", "ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME),
+                           "processes": list(seen.values())})
+
+    def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
+        cfg = self.cfg
+        deadline = self.start_time + cfg.duration if cfg.duration else None
+        interrupts = 0
+        target = None if proc else psutil.Process(cfg.pid)
+        while True:
+            if consumer.error:
+                raise consumer.error
+            if proc is not None:
+                rc = proc.poll()
+                if rc is not None:
+                    return ("target exited" if not interrupts else "interrupted"), exit_status(rc)
+            elif not target.is_running() or target.status() == psutil.STATUS_ZOMBIE:
+                return "target exited", 0
+            while self._signals:
+                sig = self._signals.pop(0)
+                if proc is None:  # attach mode: stop recording, leave the target alone
+                    return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
+                interrupts += 1
+                self._forward(proc, sig, interrupts)
+            if deadline and time.monotonic() >= deadline:
+                return "duration reached", 0
+            if self.status:
+                self.status(self._progress(consumer, session))
+            time.sleep(0.1)
+
+    def _forward(self, proc: subprocess.Popen, sig: int, nth: int) -> None:
+        """Launch mode: the target decides when it ends; we follow.
+
+        Ctrl-C in the terminal already reaches the target (same process
+        group), so the first SIGINT is not forwarded when the target shares
+        our foreground group; a second one sends SIGTERM, a third SIGKILL.
+        SIGTERM/SIGHUP to the recorder are passed on to the target.
+        """
+        if sig == signal.SIGINT:
+            if nth == 1 and not self._target_in_foreground(proc):
+                self._kill(proc, signal.SIGINT)
+            elif nth == 2:
+                self._kill(proc, signal.SIGTERM)
+            elif nth >= 3:
+                self._kill(proc, signal.SIGKILL)
+        else:
+            self._kill(proc, sig if nth < 3 else signal.SIGKILL)
+
+    @staticmethod
+    def _target_in_foreground(proc) -> bool:
+        try:
+            fd = os.open("/dev/tty", os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            return os.tcgetpgrp(fd) == os.getpgid(proc.pid)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _kill(proc, sig) -> None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def _progress(self, consumer: _Consumer, session: BpfSession) -> dict:
+        n = sum(r.records for r in session.readers.values())
+        elapsed = time.monotonic() - self.start_time
+        drops = sum(sum(v) for v in session.drops().values())
+        return {"elapsed": elapsed, "records": n, "rate": n / elapsed if elapsed > 0 else 0.0,
+                "drops": drops, "raw_bytes": consumer.writer.bytes_written}
+
+    def _finish(self, session, writer, consumer, reason, code) -> RecordResult:
+        """Detach, drain everything left, write END: always runs."""
+        elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
+        drops: dict[str, list[int]] = {}
+        consumer.stop_event.set()
+        if consumer.is_alive():
+            consumer.join()
+        try:
+            session.detach()
+            consumer.drain_once()
+            drops = session.drops()
+            writer.finish({"drops": drops, "clock_end": _clock_snapshot(), "exit_code": code, "reason": reason,
+                           "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+        finally:
+            writer.close()
+            records = {f.name: session.readers[f.ring_id].records for f in session.families}
+            session.close()
+        kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(consumer.kind_counts.items())}
+        return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
+                            writer.bytes_written, elapsed)
