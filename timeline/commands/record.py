@@ -54,9 +54,11 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("--keep-raw", is_flag=True, help="Keep the .tlraw log next to the trace after converting.")
 @click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
 @click.option("--buffer-size", type=int, default=16, show_default=True, help="sched ring buffer size in MiB.")
+@click.option("--flush-interval", type=float, default=0.05, show_default=True,
+              help="Seconds between ring buffer drains (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, quiet, command):
+def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet, command):
     """Record COMMAND (after --) or --pid N into a trace.
 
     \b
@@ -74,7 +76,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     run_as = invoking_user()
     owner = (run_as.uid, run_as.gid) if run_as else None
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
-                       duration=duration, as_root=as_root, buffer_mb=buffer_size, owner=owner)
+                       duration=duration, as_root=as_root, buffer_mb=buffer_size,
+                       poll_interval=flush_interval, owner=owner)
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
         res = Recorder(cfg, status=status).run()

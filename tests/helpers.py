@@ -1,0 +1,50 @@
+"""Shared test helpers (plain functions; fixtures live in the test files)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from timeline import events
+from timeline.rawlog import KIND_META, KIND_RING, RawLogReader
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def require_root() -> None:
+    """eBPF tests need root. In CI they must fail, never skip."""
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("eBPF tests must run as root in CI")
+    pytest.skip("needs root to load eBPF programs")
+
+
+def timeline_cmd(*args: str, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", 120)
+    return subprocess.run([sys.executable, "-m", "timeline.cli", *args], **kw)
+
+
+def read_raw(path: str) -> dict:
+    """Decode a raw log: header, metas, end stats, and records per ring."""
+    out = {"metas": [], "sched": [], "proc": [], "end": None}
+    with RawLogReader(path) as r:
+        out["header"] = r.header
+        for blk in r.blocks():
+            if blk.kind == KIND_META:
+                out["metas"].append(blk.json())
+            elif blk.kind == KIND_RING:
+                name, dtype = events.RING_NAMES[blk.ring], events.RING_STRUCTS[blk.ring][1]
+                out[name].append(events.decode_ring_bytes(blk.payload, dtype))
+            else:
+                out["end"] = blk.json()
+        out["damage"], out["finalized"] = r.damage, r.finalized
+    for name in ("sched", "proc"):
+        dtype = events.SCHED_EVENT if name == "sched" else events.PROC_EVENT
+        out[name] = np.concatenate(out[name]) if out[name] else np.zeros(0, dtype)
+    return out
