@@ -259,3 +259,43 @@ def test_drops_are_counted_and_reported(tmp_path):
     dropped = sum(log["end"]["drops"]["sched"])
     assert dropped > 0
     assert f"{dropped:,} events were dropped" in cp.stderr
+
+
+def test_ctrl_c_in_a_terminal(tmp_path):
+    """Ctrl-C typed in a terminal reaches recorder and target once each."""
+    import pty
+
+    raw = str(tmp_path / "tty.tlraw")
+    count = str(tmp_path / "sigints")
+    script = textwrap.dedent(f"""
+        import signal, sys, time
+        n = 0
+        def on_int(*a):
+            global n
+            n += 1
+            open({count!r}, "w").write(str(n))
+        signal.signal(signal.SIGINT, on_int)
+        print("ready", flush=True)
+        while n == 0: time.sleep(0.01)
+        time.sleep(0.5)  # a second, forwarded SIGINT would land here
+        sys.exit(42)
+    """)
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the pty is our controlling terminal, we lead its foreground group
+        os.execv(sys.executable, [sys.executable, "-m", "timeline.cli", "record", "--raw-only", "-o", raw, "--",
+                                  sys.executable, "-c", script])
+    out = b""
+    deadline = time.time() + 30
+    while b"ready" not in out and time.time() < deadline:
+        out += os.read(fd, 1024)
+    os.write(fd, b"\x03")  # what the Ctrl-C key sends
+    try:
+        while True:
+            out += os.read(fd, 1024)
+    except OSError:
+        pass  # EIO: the other side closed
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 42, out
+    assert open(count).read() == "1"  # the target saw exactly one SIGINT
+    log = read_raw(raw)
+    assert log["finalized"] and log["end"]["exit_code"] == 42
