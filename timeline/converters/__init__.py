@@ -1,0 +1,118 @@
+"""Raw log -> Perfetto protobuf (.pftrace) or Chrome JSON (.json / .json.gz).
+
+    from timeline.converters import convert
+    res = convert("run.tlraw", "run.pftrace", fmt="perfetto")
+
+Both formats share model.scan (first pass: processes, threads, final names)
+and model.stream (second pass: normalised sched chunks, proc records).  The
+output is written to a 0600 temporary file next to out_path and renamed over
+it at the end, so a failed conversion never leaves a half-written trace.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import tempfile
+
+from ..rawlog import Damage, RawLogError
+from . import model as _model
+
+__all__ = ["convert", "ConvertResult", "FORMATS", "format_for", "RawLogError"]
+
+FORMATS = ("perfetto", "chrome")
+
+
+@dataclasses.dataclass
+class ConvertResult:
+    events: int                 # raw records converted (sched + proc)
+    damage: Damage | None       # where reading stopped early, None if the log is whole
+    finalized: bool             # the log has its END block
+    out_bytes: int              # size of the written file
+    drops: dict                 # ring name -> records the recorder dropped
+    out_path: str = ""
+    synthetic_switches: int = 0  # switches added to keep each CPU's chain whole
+
+
+def format_for(out_path: str) -> str:
+    """The format an output name implies: .json / .json.gz -> chrome, else perfetto."""
+    p = os.fspath(out_path).lower()
+    return "chrome" if p.endswith((".json", ".json.gz")) else "perfetto"
+
+
+def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None) -> ConvertResult:
+    """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
+
+    fmt: "perfetto" | "chrome"; None picks it from out_path (format_for).
+    "chrome" is gzip-compressed when out_path ends with .gz.
+
+    Raises RawLogError when raw_path is not a raw log, ValueError for a bad
+    fmt or when out_path is the raw log itself.  A damaged/truncated log is
+    converted up to the damage, reported in the result.
+    """
+    if fmt is None:
+        fmt = format_for(out_path)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    raw_path, out_path = os.fspath(raw_path), os.fspath(out_path)
+    if _model.same_file(raw_path, out_path):
+        raise ValueError("output path is the raw log itself")
+    size = os.stat(raw_path).st_size if os.path.exists(raw_path) else 0
+    total = 2 * size  # two passes over the file
+    m = _model.scan(raw_path, progress, total)
+    norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
+    events = 0
+    with _AtomicOutput(out_path) as raw_f:
+        f = raw_f
+        if fmt == "chrome" and out_path.endswith(".gz"):
+            f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
+        if fmt == "perfetto":
+            from .perfetto_writer import PerfettoWriter
+            w = PerfettoWriter(f, m)
+        else:
+            from .chrome_json import ChromeJsonWriter
+            w = ChromeJsonWriter(f, m)
+        w.begin()
+        for item in _model.stream(m, norm, progress, size, total):
+            events += item.nrec
+            if item.kind == "sched":
+                w.sched(item.chunks)
+            elif item.kind == "proc":
+                w.proc(item.recs)
+            elif item.kind == "procs":
+                w.snapshot(item.meta)
+        w.finish()
+        if f is not raw_f:
+            f.close()
+    if progress:
+        progress(total, total)
+    return ConvertResult(events=events, damage=m.damage, finalized=m.finalized,
+                         out_bytes=os.stat(out_path).st_size, drops=m.drops,
+                         out_path=out_path, synthetic_switches=norm.synthetic)
+
+
+class _AtomicOutput:
+    """A 0600 temp file in out_path's directory, renamed to out_path on success."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        d = os.path.dirname(os.path.abspath(self.path))
+        fd, self.tmp = tempfile.mkstemp(prefix=".tl-convert-", dir=d)  # mkstemp: mode 0600
+        self.f = os.fdopen(fd, "wb", buffering=1 << 20)
+        return self.f
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.f.close()
+        finally:
+            if exc_type is None:
+                os.chmod(self.tmp, 0o600)
+                os.replace(self.tmp, self.path)
+            else:
+                try:
+                    os.unlink(self.tmp)
+                except OSError:
+                    pass
+        return False

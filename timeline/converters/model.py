@@ -1,0 +1,459 @@
+"""What both converters share: a first pass over the raw log that builds the
+process/thread model, and the normalised sched stream of the second pass.
+
+Why two passes: trace_processor keeps one name per thread and one cmdline per
+process, and the Perfetto UI wants them when a thread first appears.  Proc
+records are few, so the first pass keeps them all (sched records are only
+counted and their tracked tids collected); the second pass then streams the
+sched records block by block with the final names already known, so memory
+stays bounded by one block however long the log is.
+
+Sched normalisation (the same for both outputs):
+- an untracked task (idle included) is shown as the pseudo thread "other" of
+  its CPU, tid OTHER_TID_BASE + cpu: above PID_MAX_LIMIT so it never collides
+  with a real tid.  The recorder only sees switches involving tracked tasks, so
+  what runs between two of them is unknown; folding it into one pseudo thread
+  per CPU keeps the CPU timeline gap-free and the switch chain consistent;
+- per CPU, each switch's prev must be the previous switch's next (trace
+  processor infers prev from that chain in compact sched).  Where the chain
+  breaks (a record lost, a task that stopped being tracked at exit) a
+  synthetic switch at the same timestamp bridges the gap;
+- wakings are kept only for tracked woken threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .. import events as ev
+from ..rawlog import KIND_END, KIND_META, KIND_RING, Damage, RawLogReader
+
+OTHER_TID_BASE = 4194304  # PID_MAX_LIMIT on 64-bit: no real tid reaches it
+OTHER_COMM = "other"
+# prev_state for synthetic switches (kernel >= 4.14 encoding, which every
+# kernel with BPF ring buffers uses): R for "unknown, still runnable", X dead.
+STATE_RUNNABLE = 0
+STATE_DEAD = 0x10
+DEFAULT_PRIO = 120
+
+Progress = Callable[[int, int], None] | None
+
+
+@dataclasses.dataclass
+class Thread:
+    tid: int
+    tgid: int | None = None
+    name: str | None = None       # final name (last rename/exec)
+    start_ts: int | None = None   # fork time, None if it predates the log
+    end_ts: int | None = None     # exit time
+    names: list = dataclasses.field(default_factory=list)  # [(ts, name)] over time
+
+    def name_at(self, ts: int) -> str | None:
+        """The name in effect at ts (None: unknown)."""
+        cur = None
+        for t, n in self.names:
+            if t is None or t <= ts:
+                cur = n
+        return cur
+
+
+@dataclasses.dataclass
+class Process:
+    pid: int
+    ppid: int | None = None
+    cmdline: list = dataclasses.field(default_factory=list)
+    name: str | None = None       # comm of the main thread, final
+    start_ts: int | None = None
+    end_ts: int | None = None
+    exit_code: int | None = None
+    cmdline_is_comm: bool = False  # cmdline unknown: [comm] stands in
+    history: list = dataclasses.field(default_factory=list)  # [(ts, cmdline, is_comm)]
+
+    def set_cmdline(self, ts: int | None, cmdline: list, is_comm: bool) -> None:
+        self.cmdline, self.cmdline_is_comm = list(cmdline), is_comm
+        self.history.append((ts, self.cmdline, is_comm))
+
+    def cmdline_at(self, ts: int) -> tuple[list, bool]:
+        """The cmdline as it was at ts (the earliest known one before that)."""
+        best = self.history[0] if self.history else (None, self.cmdline, self.cmdline_is_comm)
+        for h in self.history:
+            if h[0] is not None and h[0] <= ts:
+                best = h
+        return best[1], best[2]
+
+
+@dataclasses.dataclass
+class LogModel:
+    path: str
+    size: int
+    header: dict
+    processes: dict = dataclasses.field(default_factory=dict)  # pid -> Process
+    threads: dict = dataclasses.field(default_factory=dict)    # tid -> Thread
+    tracked_tids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    cpus: set = dataclasses.field(default_factory=set)
+    n_switch: int = 0
+    n_waking: int = 0
+    n_proc: int = 0
+    first_ts: int | None = None
+    last_ts: int | None = None
+    end: dict | None = None
+    damage: Damage | None = None
+    finalized: bool = False
+
+    @property
+    def drops(self) -> dict:
+        """ring name -> records dropped (all CPUs); empty without an END block."""
+        d = (self.end or {}).get("drops") or {}
+        return {name: int(sum(v)) if isinstance(v, list) else int(v) for name, v in d.items()}
+
+    def drops_per_cpu(self) -> dict:
+        """cpu -> records dropped on that CPU, all rings together."""
+        out: dict[int, int] = {}
+        for v in ((self.end or {}).get("drops") or {}).values():
+            if isinstance(v, list):
+                for cpu, n in enumerate(v):
+                    out[cpu] = out.get(cpu, 0) + int(n)
+        return out
+
+    @property
+    def stop_ts(self) -> int | None:
+        return (self.end or {}).get("stop_ts")
+
+    def ncpu(self) -> int:
+        n = int(self.header.get("ncpu") or 0)
+        return max([n, *(c + 1 for c in self.cpus), len(self.drops_per_cpu())])
+
+    def thread_name(self, tid: int) -> str:
+        if tid >= OTHER_TID_BASE:
+            return OTHER_COMM
+        t = self.threads.get(tid)
+        return (t.name if t and t.name else "")
+
+    def thread_tgid(self, tid: int) -> int | None:
+        t = self.threads.get(tid)
+        return t.tgid if t else None
+
+    def end_ts(self) -> int:
+        cands = [x for x in (self.last_ts, self.stop_ts, self.first_ts) if x is not None]
+        return max(cands) if cands else int(self.header.get("clock", {}).get("boottime_ns", 0))
+
+    def start_ts(self) -> int:
+        if self.first_ts is not None:
+            return self.first_ts
+        return int(self.header.get("clock", {}).get("boottime_ns", 0))
+
+
+# ---------------------------------------------------------------- first pass
+
+def _decode(blk, ring_dtypes) -> np.ndarray | None:
+    dt = ring_dtypes.get(blk.ring)
+    if dt is None:
+        return None
+    return ev.decode_ring_bytes(blk.payload, dt)
+
+
+RING_DTYPES = {ev.RING_SCHED: ev.SCHED_EVENT, ev.RING_PROC: ev.PROC_EVENT}
+
+
+def scan(path: str, progress: Progress = None, total: int | None = None) -> LogModel:
+    """First pass: header, snapshots, all proc records, sched counts and tids.
+
+    Raises rawlog.RawLogError for something that is not a raw log.
+    """
+    with RawLogReader(path) as rd:
+        size = rd.size
+        total = total or size
+        m = LogModel(path=path, size=size, header=rd.header)
+        procs_parts: list[np.ndarray] = []
+        tid_parts: list[np.ndarray] = []
+        snapshots: list[dict] = []
+        for blk in rd.blocks():
+            if blk.kind == KIND_RING:
+                recs = _decode(blk, RING_DTYPES)
+                if recs is None or recs.size == 0:
+                    continue
+                _note_ts(m, recs["ts"])
+                m.cpus.update(np.unique(recs["cpu"]).tolist())
+                if blk.ring == ev.RING_PROC:
+                    procs_parts.append(recs)
+                elif blk.ring == ev.RING_SCHED:
+                    sw = recs["kind"] == ev.SCHED_SWITCH
+                    m.n_switch += int(sw.sum())
+                    m.n_waking += int((recs["kind"] == ev.SCHED_WAKING).sum())
+                    f = recs["flags"]
+                    prev = recs["tid"][sw & ((f & ev.SF_PREV_TRACKED) != 0)]
+                    nxt = recs["target_tid"][sw & ((f & ev.SF_NEXT_TRACKED) != 0)]
+                    tid_parts.append(np.unique(np.concatenate([prev, nxt])))
+            elif blk.kind == KIND_META:
+                meta = blk.json()
+                if meta.get("type") == "procs":
+                    snapshots.append(meta)
+            elif blk.kind == KIND_END:
+                m.end = blk.json()
+            if progress:
+                progress(blk.offset + len(blk.payload), total)
+        m.damage = rd.damage
+        m.finalized = rd.finalized
+    procs = np.concatenate(procs_parts) if procs_parts else np.zeros(0, ev.PROC_EVENT)
+    procs = procs[np.argsort(procs["ts"], kind="stable")]
+    m.n_proc = int(procs.size)
+    _build_tree(m, snapshots, procs)
+    tids = set(m.threads)
+    if tid_parts:
+        tids.update(np.unique(np.concatenate(tid_parts)).tolist())
+    for tid in tids:
+        if tid not in m.threads:
+            m.threads[tid] = Thread(tid)  # seen running, never named: tgid unknown
+    m.tracked_tids = np.array(sorted(tids), dtype=np.int64)
+    return m
+
+
+def _note_ts(m: LogModel, ts: np.ndarray) -> None:
+    lo, hi = int(ts.min()), int(ts.max())
+    m.first_ts = lo if m.first_ts is None else min(m.first_ts, lo)
+    m.last_ts = hi if m.last_ts is None else max(m.last_ts, hi)
+
+
+def _thread(m: LogModel, tid: int, tgid: int | None = None) -> Thread:
+    t = m.threads.get(tid)
+    if t is None:
+        t = m.threads[tid] = Thread(tid, tgid)
+    elif tgid is not None and t.tgid is None:
+        t.tgid = tgid
+    return t
+
+
+def _process(m: LogModel, pid: int) -> Process:
+    p = m.processes.get(pid)
+    if p is None:
+        p = m.processes[pid] = Process(pid)
+    return p
+
+
+def _set_name(t: Thread, ts: int | None, name: str) -> None:
+    if name and name != t.name:
+        t.name = name
+        t.names.append((ts, name))
+
+
+def _build_tree(m: LogModel, snapshots: list[dict], procs: np.ndarray) -> None:
+    """Replay snapshots and proc records in time order into m.processes/threads."""
+    items: list[tuple[int, int, object]] = []
+    for snap in snapshots:
+        items.append((int(snap.get("ts") or 0), 0, snap))
+    for i in range(procs.size):
+        items.append((int(procs["ts"][i]), 1, procs[i]))
+    items.sort(key=lambda x: (x[0], x[1]))  # stable: file order within a ts
+    for ts, what, obj in items:
+        if what == 0:
+            _apply_snapshot(m, ts, obj)
+        else:
+            _apply_proc(m, ts, obj)
+
+
+def _apply_snapshot(m: LogModel, ts: int, snap: dict) -> None:
+    for sp in snap.get("processes") or []:
+        pid = int(sp["pid"])
+        p = _process(m, pid)
+        if sp.get("ppid") is not None and p.ppid is None:
+            p.ppid = int(sp["ppid"])
+        if sp.get("cmdline") and not p.cmdline:
+            p.set_cmdline(ts, [str(a) for a in sp["cmdline"]], False)
+        elif not p.cmdline and sp.get("comm"):
+            p.set_cmdline(ts, [sp["comm"]], True)
+        if sp.get("comm") and p.name is None:
+            p.name = sp["comm"]
+        threads = sp.get("threads") or [{"tid": pid, "comm": sp.get("comm")}]
+        for st in threads:
+            t = _thread(m, int(st["tid"]), pid)
+            if t.name is None and st.get("comm"):
+                _set_name(t, ts, st["comm"])
+
+
+def _apply_proc(m: LogModel, ts: int, r) -> None:
+    kind, flags = int(r["kind"]), int(r["flags"])
+    tid, tgid = int(r["tid"]), int(r["tgid"])
+    comm = ev.cstr(r["comm"])
+    if kind == ev.PROC_FORK:
+        child, ctgid = int(r["child_tid"]), int(r["child_tgid"])
+        if not flags & ev.PF_LAUNCHED:  # the recorder itself is not tracked
+            parent = _thread(m, tid, tgid)
+            if parent.name is None:
+                _set_name(parent, None, ev.cstr(r["old_comm"]))
+        t = m.threads[child] = Thread(child, ctgid, start_ts=ts)  # a new task, even on tid reuse
+        _set_name(t, ts, comm)
+        if flags & ev.PF_THREAD or child != ctgid:
+            _process(m, ctgid)
+        else:
+            pp = m.processes.get(tgid)
+            p = m.processes[ctgid] = Process(ctgid, ppid=tgid, name=comm, start_ts=ts)
+            if pp is not None and pp.cmdline:  # fork inherits the parent's argv
+                p.set_cmdline(ts, pp.cmdline, pp.cmdline_is_comm)
+            else:
+                p.set_cmdline(ts, [comm], True)
+    elif kind == ev.PROC_EXEC:
+        old = int(r["child_tid"])
+        if old and old != tid and old in m.threads:
+            m.threads[old].end_ts = ts  # a non-leader exec took over the leader's tid
+        t = _thread(m, tid, tgid)
+        _set_name(t, ts, comm)
+        p = _process(m, tgid)
+        argv = ev.argv_of(r)
+        p.set_cmdline(ts, argv or [comm], not argv)
+        p.name = comm
+    elif kind == ev.PROC_EXIT:
+        t = _thread(m, tid, tgid)
+        t.end_ts = ts
+        if flags & ev.PF_GROUP_DEAD:
+            p = _process(m, tgid)
+            p.end_ts, p.exit_code = ts, int(r["exit_code"])
+    elif kind == ev.PROC_RENAME:
+        t = _thread(m, tid, tgid)
+        if t.name is None:
+            _set_name(t, None, ev.cstr(r["old_comm"]))
+        _set_name(t, ts, comm)
+        if tid == tgid:
+            _process(m, tgid).name = comm
+
+
+# --------------------------------------------------------------- second pass
+
+@dataclasses.dataclass
+class CpuSched:
+    """One CPU's share of a sched block, normalised, in time order."""
+    cpu: int
+    sw_ts: np.ndarray      # int64
+    sw_prev: np.ndarray    # int64 tid (OTHER_TID_BASE + cpu for untracked)
+    sw_next: np.ndarray
+    sw_state: np.ndarray   # int64 prev_state, ftrace encoding
+    sw_prio: np.ndarray    # int64 next prio
+    wk_ts: np.ndarray
+    wk_waker: np.ndarray
+    wk_woken: np.ndarray
+    wk_cpu: np.ndarray     # target cpu
+    wk_prio: np.ndarray
+    n_synthetic: int = 0
+
+
+class SchedNormalizer:
+    """Turns raw sched records into per-CPU CpuSched chunks (see module doc).
+
+    leading=True adds a synthetic switch before each CPU's first one: trace
+    processor drops the first compact switch per CPU (it has no prev), so the
+    real first switch must not be first.  Text output carries prev explicitly
+    and needs no such switch.
+    """
+
+    def __init__(self, model: LogModel, leading: bool):
+        self.model = model
+        self.leading = leading
+        self.last_next: dict[int, int] = {}
+        self.exit_ts = {t.tid: t.end_ts for t in model.threads.values() if t.end_ts is not None}
+        self.synthetic = 0
+        self.dropped_wakings = 0
+
+    def chunks(self, recs: np.ndarray) -> list[CpuSched]:
+        if recs.size == 0:
+            return []
+        order = np.argsort(recs["cpu"], kind="stable")
+        recs = recs[order]
+        cpus, starts = np.unique(recs["cpu"], return_index=True)
+        bounds = list(starts[1:]) + [recs.size]
+        out = []
+        for cpu, s, e in zip(cpus.tolist(), starts.tolist(), bounds):
+            out.append(self._cpu(cpu, recs[s:e]))
+        return out
+
+    def _cpu(self, cpu: int, r: np.ndarray) -> CpuSched:
+        ts = r["ts"]
+        if ts.size > 1 and np.any(ts[1:] < ts[:-1]):
+            r = r[np.argsort(ts, kind="stable")]
+        kind = r["kind"]
+        sw = r[kind == ev.SCHED_SWITCH]
+        wk = r[kind == ev.SCHED_WAKING]
+        other = OTHER_TID_BASE + cpu
+        f = sw["flags"]
+        prev = np.where(f & ev.SF_PREV_TRACKED, sw["tid"].astype(np.int64), other)
+        nxt = np.where(f & ev.SF_NEXT_TRACKED, sw["target_tid"].astype(np.int64), other)
+        sts = sw["ts"].astype(np.int64)
+        state = sw["arg"].astype(np.int64)
+        prio = sw["prio"].astype(np.int64)
+        if sts.size:
+            first = cpu not in self.last_next
+            expected = np.empty_like(prev)
+            expected[1:] = nxt[:-1]
+            expected[0] = self.last_next.get(cpu, -1)
+            brk = np.flatnonzero(prev != expected)
+            if first and not self.leading:
+                brk = brk[brk != 0]
+            if brk.size:
+                s_prev = expected[brk]
+                s_ts = sts[brk]
+                s_state = np.array([STATE_DEAD if self._dead(int(p), int(t)) else STATE_RUNNABLE
+                                    for p, t in zip(s_prev, s_ts)], dtype=np.int64)
+                s_prev = np.where(s_prev < 0, other, s_prev)
+                s_next = prev[brk]
+                prev = np.insert(prev, brk, s_prev)
+                nxt = np.insert(nxt, brk, s_next)
+                sts = np.insert(sts, brk, s_ts)
+                state = np.insert(state, brk, s_state)
+                prio = np.insert(prio, brk, DEFAULT_PRIO)
+                self.synthetic += brk.size
+            self.last_next[cpu] = int(nxt[-1])
+        woken = wk["target_tid"].astype(np.int64)
+        keep = np.isin(woken, self.model.tracked_tids)
+        if not keep.all():
+            self.dropped_wakings += int((~keep).sum())
+            wk, woken = wk[keep], woken[keep]
+        waker = wk["tid"].astype(np.int64)
+        waker = np.where(np.isin(waker, self.model.tracked_tids), waker, other)
+        return CpuSched(cpu, sts, prev, nxt, state, prio,
+                        wk["ts"].astype(np.int64), waker, woken,
+                        wk["arg"].astype(np.int64), wk["prio"].astype(np.int64),
+                        int(brk.size) if sts.size else 0)
+
+    def _dead(self, tid: int, ts: int) -> bool:
+        e = self.exit_ts.get(tid)
+        return e is not None and e <= ts
+
+
+@dataclasses.dataclass
+class Item:
+    """One step of the second pass."""
+    kind: str                  # "sched" | "proc" | "procs"
+    chunks: list | None = None  # sched: list[CpuSched]
+    recs: np.ndarray | None = None  # proc: PROC_EVENT records in time order
+    meta: dict | None = None   # procs snapshot
+    nrec: int = 0              # raw records this item carries
+
+
+def stream(model: LogModel, normalizer: SchedNormalizer, progress: Progress = None,
+           done0: int = 0, total: int | None = None) -> Iterator[Item]:
+    """Second pass: yields normalised items in file order, stopping at damage."""
+    total = total or model.size
+    with RawLogReader(model.path) as rd:
+        for blk in rd.blocks():
+            if blk.kind == KIND_RING:
+                recs = _decode(blk, RING_DTYPES)
+                if recs is not None and recs.size:
+                    if blk.ring == ev.RING_SCHED:
+                        yield Item("sched", chunks=normalizer.chunks(recs), nrec=int(recs.size))
+                    else:
+                        recs = recs[np.lexsort((recs["ts"], recs["cpu"]))]
+                        yield Item("proc", recs=recs, nrec=int(recs.size))
+            elif blk.kind == KIND_META:
+                meta = blk.json()
+                if meta.get("type") == "procs":
+                    yield Item("procs", meta=meta)
+            if progress:
+                progress(done0 + blk.offset + len(blk.payload), total)
+
+
+def same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -1,0 +1,328 @@
+"""Raw log -> Perfetto protobuf trace, written packet by packet.
+
+A Trace is `repeated TracePacket packet = 1`, so each packet goes out as
+0x0a varint(len) bytes the moment it is ready; memory stays bounded by one
+raw block.
+
+What goes in, and what trace_processor (v52, checked by tests/test_converters.py)
+makes of it:
+- clock_snapshot (BOOTTIME/REALTIME/MONOTONIC from the header, again from the
+  END block): timestamps stay BOOTTIME, the UI can show wall time.
+- system_info.utsname: prev_state bits are decoded by kernel version; without
+  it every state reads wrong.
+- sched switches and wakings as FtraceEventBundle.compact_sched, one bundle per
+  CPU per raw block.  The hot arrays are varint-packed with numpy here, not
+  through protobuf objects.  trace_processor drops the first compact switch of
+  each CPU (stat compact_sched_switch_skipped), hence the leading synthetic
+  switch SchedNormalizer adds.  Fills sched, thread_state (Running, R, R+, S,
+  D, ...), thread.
+- fork: task_newtask (common pid = parent, clone_flags with CLONE_THREAD for a
+  thread).  trace_processor starts a new thread (thread.start_ts, an R state
+  woken by the parent), and for a non-thread fork a new process
+  (process.start_ts) whose parent is the forking process.
+- rename: task_rename -> thread name (and process name for a main thread).
+- exec: sched_process_exec (kept for the raw/ftrace_event table) plus a
+  task_rename to the new comm, which is what actually renames the thread.
+- exit: sched_process_exit + sched_process_free, both at the exit time.  Only
+  sched_process_free ends a thread (thread.end_ts, and process.end_ts for a
+  main thread); sched_process_exit alone just lands in ftrace_event.
+- process_tree (cmdline, ppid, tid -> tgid, thread names): one packet per
+  "procs" snapshot, one 1 ns after each process fork/exec (cmdline as of
+  then), one at the end for what is still alive.  trace_processor binds an
+  entry to the latest process/thread with that pid/tid and starts a *new* one
+  when that has ended, so entries must come after the fork that created the
+  process and before its exit.  Thread names given here outrank ftrace names,
+  so they, like the compact_sched comms, are each thread's final name (last
+  rename/exec); the names over time stay in the task_rename events' args.
+- drops: ftrace_stats START_OF_TRACE (zeros) and END_OF_TRACE with per-CPU
+  `overrun` and `dropped_events` = records lost on that CPU in all rings ->
+  stats ftrace_cpu_overrun_end / _delta and ftrace_cpu_dropped_events_delta
+  (severity "error", so the UI flags the trace).  Per ring, a counter track
+  "timeline: <ring> records dropped" (0 at the start, the total at the end)
+  makes the loss queryable by ring name.
+"""
+from __future__ import annotations
+
+import numpy as np
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from .. import events as ev
+from .model import CpuSched, LogModel
+
+SEQ_ID = 1
+SEQ_ID_COUNTERS = 2
+MAX_BUNDLE = 65536          # events per compact_sched bundle
+CLONE_VM = 0x100
+CLONE_SIGHAND = 0x800
+CLONE_THREAD = 0x10000
+SIGCHLD = 17
+CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME = 1, 3, 6
+
+
+# ------------------------------------------------------------ wire encoding
+
+def varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)
+_COLS = np.arange(10)
+
+
+def packed_varints(values: np.ndarray) -> bytes:
+    """Varint-encode a whole integer array at once (negatives as 10-byte
+    two's complement, as protobuf does for int32/int64)."""
+    u = values.astype(np.int64, copy=False).view(np.uint64)
+    if u.size == 0:
+        return b""
+    nb = max(1, (int(u.max()).bit_length() + 6) // 7)
+    if nb == 1:
+        return u.astype(np.uint8).tobytes()
+    groups = ((u[:, None] >> _SHIFTS[:nb]) & np.uint64(0x7F)).astype(np.uint8)
+    lens = np.ones(u.size, np.int64)
+    for k in range(1, nb):
+        lens += u >= np.uint64(1 << (7 * k))
+    cols = _COLS[:nb]
+    groups |= (cols < (lens - 1)[:, None]).astype(np.uint8) << 7
+    return groups[cols < lens[:, None]].tobytes()
+
+
+def f_len(num: int, payload: bytes) -> bytes:
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def f_varint(num: int, value: int) -> bytes:
+    return varint(num << 3) + varint(value)
+
+
+def f_packed(num: int, values: np.ndarray) -> bytes:
+    return f_len(num, packed_varints(values)) if values.size else b""
+
+
+# ------------------------------------------------------------------ writer
+
+class PerfettoWriter:
+    def __init__(self, f, model: LogModel):
+        self.f = f
+        self.m = model
+        self.out_bytes = 0
+        self.switch_bytes = 0  # compact_sched switch arrays only (bytes/switch metric)
+        self.n_switch = 0
+
+    # -- framing
+    def _raw_packet(self, body: bytes) -> None:
+        data = b"\x0a" + varint(len(body)) + body
+        self.f.write(data)
+        self.out_bytes += len(data)
+
+    def _packet(self, pkt: pb.TracePacket, seq: int = SEQ_ID) -> None:
+        pkt.trusted_packet_sequence_id = seq
+        self._raw_packet(pkt.SerializeToString())
+
+    # -- preamble
+    def begin(self) -> None:
+        m = self.m
+        self._clock_snapshot(m.header.get("clock") or {}, first=True)
+        uts = m.header.get("uname") or {}
+        si = pb.TracePacket()
+        for k in ("sysname", "release", "version", "machine"):
+            if uts.get(k):
+                setattr(si.system_info.utsname, k, str(uts[k]))
+        si.system_info.num_cpus = m.ncpu()
+        self._packet(si)
+        if m.end is not None:
+            self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, m.start_ts(), {})
+            self._drop_counters(m.start_ts(), start=True)
+
+    def _clock_snapshot(self, clock: dict, first: bool = False) -> None:
+        ids = (("boottime_ns", CLOCK_BOOTTIME), ("realtime_ns", CLOCK_REALTIME),
+               ("monotonic_ns", CLOCK_MONOTONIC))
+        if clock.get("boottime_ns") is None:
+            return
+        pkt = pb.TracePacket()
+        for key, cid in ids:
+            if clock.get(key) is not None:
+                pkt.clock_snapshot.clocks.add(clock_id=cid, timestamp=int(clock[key]))
+        if first:
+            pkt.clock_snapshot.primary_trace_clock = CLOCK_BOOTTIME
+        self._packet(pkt)
+
+    def _ftrace_stats(self, phase: int, ts: int, overrun: dict) -> None:
+        pkt = pb.TracePacket(timestamp=ts)
+        pkt.ftrace_stats.phase = phase
+        for cpu in range(self.m.ncpu()):
+            n = int(overrun.get(cpu, 0))
+            pkt.ftrace_stats.cpu_stats.add(cpu=cpu, overrun=n, dropped_events=n)
+        self._packet(pkt)
+
+    def _drop_counters(self, ts: int, start: bool) -> None:
+        for i, (ring, n) in enumerate(sorted(self.m.drops.items())):
+            uuid = 0x71DE_0000 + i
+            if start:
+                d = pb.TracePacket()
+                d.track_descriptor.uuid = uuid
+                d.track_descriptor.name = f"timeline: {ring} records dropped"
+                d.track_descriptor.counter.SetInParent()
+                if i == 0:
+                    d.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+                self._packet(d, SEQ_ID_COUNTERS)
+            c = pb.TracePacket(timestamp=ts)
+            c.track_event.type = pb.TrackEvent.TYPE_COUNTER
+            c.track_event.track_uuid = uuid
+            c.track_event.counter_value = 0 if start else n
+            self._packet(c, SEQ_ID_COUNTERS)
+
+    # -- sched
+    def sched(self, chunks: list[CpuSched]) -> None:
+        for c in chunks:
+            nsw, nwk = c.sw_ts.size, c.wk_ts.size
+            for s in range(0, max(nsw, nwk), MAX_BUNDLE):
+                self._compact_bundle(c, slice(s, s + MAX_BUNDLE))
+
+    def _compact_bundle(self, c: CpuSched, sl: slice) -> None:
+        sw_next, wk_woken = c.sw_next[sl], c.wk_woken[sl]
+        if sw_next.size == 0 and wk_woken.size == 0:
+            return
+        tids, inv = np.unique(np.concatenate([sw_next, wk_woken]), return_inverse=True)
+        names: dict[str, int] = {}
+        tid_name = np.array([names.setdefault(self.m.thread_name(t), len(names))
+                             for t in tids.tolist()], dtype=np.int64)
+        comm_idx = tid_name[inv]
+        parts = [f_len(5, n.encode("utf-8", "replace")) for n in names]
+        if sw_next.size:
+            sw = [f_packed(1, np.diff(c.sw_ts[sl], prepend=0)),
+                  f_packed(2, c.sw_state[sl]),
+                  f_packed(3, sw_next),
+                  f_packed(4, c.sw_prio[sl]),
+                  f_packed(6, comm_idx[: sw_next.size])]
+            self.switch_bytes += sum(map(len, sw))
+            self.n_switch += sw_next.size
+            parts += sw
+        if wk_woken.size:
+            parts += [f_packed(7, np.diff(c.wk_ts[sl], prepend=0)),
+                      f_packed(8, wk_woken),
+                      f_packed(9, c.wk_cpu[sl]),
+                      f_packed(10, c.wk_prio[sl]),
+                      f_packed(11, comm_idx[sw_next.size:]),
+                      f_packed(12, np.zeros(wk_woken.size, np.int64))]
+        bundle = f_varint(1, c.cpu) + f_len(4, b"".join(parts))
+        self._raw_packet(f_len(1, bundle) + f_varint(10, SEQ_ID))
+
+    # -- proc
+    def proc(self, recs: np.ndarray) -> None:
+        """recs: PROC_EVENT records sorted by (cpu, ts)."""
+        pkt = bundle = None
+        cur_cpu = None
+        for r in recs:
+            cpu = int(r["cpu"])
+            if cpu != cur_cpu:
+                if pkt is not None:
+                    self._packet(pkt)
+                pkt = pb.TracePacket()
+                bundle = pkt.ftrace_events
+                bundle.cpu = cur_cpu = cpu
+            self._proc_event(bundle, r)
+        if pkt is not None:
+            self._packet(pkt)
+        # A process's cmdline goes in 1 ns after its fork/exec: trace_processor
+        # creates the process at task_newtask, and a process_tree entry that
+        # sorted before it would land on the previous holder of the pid.
+        new = (recs["kind"] == ev.PROC_EXEC) | (
+            (recs["kind"] == ev.PROC_FORK) & (recs["child_tid"] == recs["child_tgid"])
+            & ((recs["flags"] & ev.PF_THREAD) == 0))
+        for r in recs[new]:
+            pid = int(r["child_tgid"] if r["kind"] == ev.PROC_FORK else r["tgid"])
+            self._process_tree(int(r["ts"]) + 1, [pid], [])
+
+    def _proc_event(self, bundle, r) -> None:
+        ts, kind, flags = int(r["ts"]), int(r["kind"]), int(r["flags"])
+        tid, tgid = int(r["tid"]), int(r["tgid"])
+        comm = ev.cstr(r["comm"])
+        if kind == ev.PROC_FORK:
+            e = bundle.event.add(timestamp=ts, pid=tid)
+            e.task_newtask.pid = int(r["child_tid"])
+            e.task_newtask.comm = comm
+            thread = flags & ev.PF_THREAD or r["child_tid"] != r["child_tgid"]
+            e.task_newtask.clone_flags = (CLONE_THREAD | CLONE_VM | CLONE_SIGHAND) if thread else SIGCHLD
+        elif kind == ev.PROC_EXEC:
+            argv = ev.argv_of(r)
+            e = bundle.event.add(timestamp=ts, pid=tid)
+            e.sched_process_exec.filename = argv[0] if argv else comm
+            e.sched_process_exec.pid = tid
+            e.sched_process_exec.old_pid = int(r["child_tid"]) or tid
+            e = bundle.event.add(timestamp=ts, pid=tid)
+            e.task_rename.pid = tid
+            t = self.m.threads.get(tid)
+            old = t.name_at(ts - 1) if t else None
+            if old:
+                e.task_rename.oldcomm = old
+            e.task_rename.newcomm = comm
+        elif kind == ev.PROC_EXIT:
+            e = bundle.event.add(timestamp=ts, pid=tid)
+            e.sched_process_exit.pid = tid
+            e.sched_process_exit.tgid = tgid
+            e.sched_process_exit.comm = comm
+            e.sched_process_exit.prio = 120
+            e = bundle.event.add(timestamp=ts, pid=tid)
+            e.sched_process_free.pid = tid
+            e.sched_process_free.comm = comm
+            e.sched_process_free.prio = 120
+        elif kind == ev.PROC_RENAME:
+            e = bundle.event.add(timestamp=ts, pid=tid)
+            e.task_rename.pid = tid
+            e.task_rename.oldcomm = ev.cstr(r["old_comm"])
+            e.task_rename.newcomm = comm
+
+    # -- process tree
+    def snapshot(self, meta: dict) -> None:
+        pids = [int(p["pid"]) for p in meta.get("processes") or []]
+        tids = [int(t["tid"]) for p in meta.get("processes") or []
+                for t in (p.get("threads") or [{"tid": p["pid"]}])]
+        self._process_tree(int(meta.get("ts") or self.m.start_ts()), pids, tids)
+
+    def _process_tree(self, ts: int, pids, tids, final: bool = False) -> None:
+        pkt = pb.TracePacket(timestamp=ts)
+        tree = pkt.process_tree
+        for pid in pids:
+            p = self.m.processes.get(pid)
+            if p is None:
+                continue
+            pp = tree.processes.add(pid=pid)
+            if p.ppid is not None:
+                pp.ppid = p.ppid
+            cmd, is_comm = (p.cmdline, p.cmdline_is_comm) if final else p.cmdline_at(ts)
+            if not cmd and p.name:
+                cmd, is_comm = [p.name], True
+            pp.cmdline.extend(cmd)
+            if is_comm:
+                pp.cmdline_is_comm = True
+        for tid in tids:
+            t = self.m.threads.get(tid)
+            if t is None or t.tgid is None:
+                continue
+            th = tree.threads.add(tid=tid, tgid=t.tgid)
+            if t.name:
+                th.name = t.name
+        self._packet(pkt)
+
+    # -- end
+    def finish(self) -> None:
+        m = self.m
+        end = m.end_ts()
+        # Only what is still alive: trace_processor would start a second
+        # thread/process for an ended one.
+        live = [t.tid for t in m.threads.values() if t.end_ts is None and t.tgid is not None]
+        procs = [p.pid for p in m.processes.values() if p.end_ts is None]
+        self._process_tree(end, sorted(procs), sorted(live), final=True)
+        if m.end is not None:
+            self._ftrace_stats(pb.FtraceStats.END_OF_TRACE, end, m.drops_per_cpu())
+            self._drop_counters(end, start=False)
+            ce = m.end.get("clock_end") or {}
+            if all(ce.get(k) is not None for k in ("boottime_ns", "realtime_ns")):
+                self._clock_snapshot(ce)
