@@ -81,8 +81,10 @@ class BpfSession:
             if fam.name in ring_sizes:
                 obj.map(fam.ring_map).set_max_entries(ring_sizes[fam.name])
             if fam.name == "proc":
-                off, size = section_globals(path)["launcher_tgid"]
-                obj.set_rodata({"launcher_tgid": (off, size, launcher_tgid)})
+                rodata = section_globals(path)
+                sched_on = any(f.name == "sched" for f in self.families)
+                obj.set_rodata({"launcher_tgid": (*rodata["launcher_tgid"], launcher_tgid),
+                                "untrack_on_switch": (*rodata["untrack_on_switch"], int(sched_on))})
             for name in SHARED_MAPS:
                 if name in shared:
                     obj.map(name).reuse_fd(shared[name])

@@ -11,6 +11,9 @@ const volatile struct tl_proc_event tl_proc_event_layout = {};
 /* The recorder's own tgid: a process it forks while `launch_armed` is set is
  * the launched target and becomes the root of the tracked tree. */
 const volatile __u32 launcher_tgid = 0;
+/* With sched loaded, an exiting task stays tracked until its final switch-out
+ * (sched.bpf.c untracks it there) so its last slice ends exactly. */
+const volatile bool untrack_on_switch = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -128,7 +131,8 @@ int tl_exit(struct trace_event_raw_sched_process_exit *ctx)
 
 	if (!tl_is_tracked(tid))
 		return 0;
-	bpf_map_delete_elem(&tracked, &tid);
+	if (!untrack_on_switch)
+		bpf_map_delete_elem(&tracked, &tid);
 	struct tl_proc_event *e = proc_reserve(TL_PROC_EXIT);
 	if (!e)
 		return 0;

@@ -51,7 +51,11 @@ int tl_switch(struct trace_event_raw_sched_switch *ctx)
 		flags |= TL_SF_NEXT_TRACKED;
 	if (!flags)
 		return 0;
-	return emit(TL_SCHED_SWITCH, flags, prev, next, state, prio);
+	emit(TL_SCHED_SWITCH, flags, prev, next, state, prio);
+	/* An exiting task's final switch reports X or Z: it never runs again. */
+	if ((flags & TL_SF_PREV_TRACKED) && (state & (TL_STATE_EXIT_DEAD | TL_STATE_EXIT_ZOMBIE)))
+		bpf_map_delete_elem(&tracked, &prev);
+	return 0;
 }
 
 static __always_inline int on_wake(struct trace_event_raw_sched_wakeup_template *ctx, __u8 flags)

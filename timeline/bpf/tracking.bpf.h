@@ -16,6 +16,10 @@
 #include <bpf/bpf_core_read.h>
 #include "events.h"
 
+/* sched_switch prev_state bits (as ftrace reports them) of a task that exited. */
+#define TL_STATE_EXIT_DEAD   0x10
+#define TL_STATE_EXIT_ZOMBIE 0x20
+
 struct tl_task {
 	__u32 tgid;
 	__u32 flags;

@@ -37,6 +37,7 @@ OTHER_COMM = "other"
 # kernel with BPF ring buffers uses): R for "unknown, still runnable", X dead.
 STATE_RUNNABLE = 0
 STATE_DEAD = 0x10
+EXIT_STATES = 0x30  # X (EXIT_DEAD) | Z (EXIT_ZOMBIE)
 DEFAULT_PRIO = 120
 
 Progress = Callable[[int, int], None] | None
@@ -96,6 +97,9 @@ class LogModel:
     cpus: set = dataclasses.field(default_factory=set)
     n_switch: int = 0
     n_waking: int = 0
+    # tid -> time of its final switch-out (prev_state X/Z): a thread keeps
+    # running after its exit tracepoint while the kernel tears it down.
+    final_switch: dict = dataclasses.field(default_factory=dict)
     n_proc: int = 0
     first_ts: int | None = None
     last_ts: int | None = None
@@ -187,6 +191,9 @@ def scan(path: str, progress: Progress = None, total: int | None = None) -> LogM
                     prev = recs["tid"][sw & ((f & ev.SF_PREV_TRACKED) != 0)]
                     nxt = recs["target_tid"][sw & ((f & ev.SF_NEXT_TRACKED) != 0)]
                     tid_parts.append(np.unique(np.concatenate([prev, nxt])))
+                    fin = sw & ((f & ev.SF_PREV_TRACKED) != 0) & ((recs["arg"] & EXIT_STATES) != 0)
+                    for tid, ts in zip(recs["tid"][fin].tolist(), recs["ts"][fin].tolist()):
+                        m.final_switch[tid] = max(ts, m.final_switch.get(tid, 0))
             elif blk.kind == KIND_META:
                 meta = blk.json()
                 if meta.get("type") == "procs":
@@ -201,6 +208,10 @@ def scan(path: str, progress: Progress = None, total: int | None = None) -> LogM
     procs = procs[np.argsort(procs["ts"], kind="stable")]
     m.n_proc = int(procs.size)
     _build_tree(m, snapshots, procs)
+    for tid, ts in m.final_switch.items():
+        th = m.threads.get(tid)
+        if th is not None and th.end_ts is not None and ts > th.end_ts:
+            th.end_ts = ts
     tids = set(m.threads)
     if tid_parts:
         tids.update(np.unique(np.concatenate(tid_parts)).tolist())

@@ -114,6 +114,7 @@ class PerfettoWriter:
         self.out_bytes = 0
         self.switch_bytes = 0  # compact_sched switch arrays only (bytes/switch metric)
         self.n_switch = 0
+        self._early_leaders: dict[int, str] = {}  # tgid -> comm, freed at group death
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:
@@ -269,15 +270,31 @@ class PerfettoWriter:
             e.sched_process_exit.tgid = tgid
             e.sched_process_exit.comm = comm
             e.sched_process_exit.prio = 120
-            e = bundle.event.add(timestamp=ts, pid=tid)
-            e.sched_process_free.pid = tid
-            e.sched_process_free.comm = comm
-            e.sched_process_free.prio = 120
+            # Freeing the leader ends the whole process in trace_processor,
+            # so a leader that exits before its other threads is freed only
+            # when the group dies (it stays a zombie until then anyway).
+            # A thread is freed at its final switch-out, which can come well
+            # after the exit tracepoint (teardown of mm, files...).
+            th = self.m.threads.get(tid)
+            free_ts = max(ts, th.end_ts) if th is not None and th.end_ts is not None else ts
+            if tid == tgid and not flags & ev.PF_GROUP_DEAD:
+                self._early_leaders[tgid] = comm
+            else:
+                self._free(bundle, free_ts, tid, comm)
+            if flags & ev.PF_GROUP_DEAD and tgid in self._early_leaders:
+                self._free(bundle, free_ts, tgid, self._early_leaders.pop(tgid))
         elif kind == ev.PROC_RENAME:
             e = bundle.event.add(timestamp=ts, pid=tid)
             e.task_rename.pid = tid
             e.task_rename.oldcomm = ev.cstr(r["old_comm"])
             e.task_rename.newcomm = comm
+
+    @staticmethod
+    def _free(bundle, ts: int, tid: int, comm: str) -> None:
+        e = bundle.event.add(timestamp=ts, pid=tid)
+        e.sched_process_free.pid = tid
+        e.sched_process_free.comm = comm
+        e.sched_process_free.prio = 120
 
     # -- process tree
     def snapshot(self, meta: dict) -> None:
