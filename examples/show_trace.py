@@ -6,6 +6,7 @@ Per process and thread: time running on a CPU, runnable (waiting for a
 CPU), sleeping (S) and in uninterruptible wait (D), from the `thread_state`
 table that trace_processor builds from the trace's scheduling data.
 """
+import os
 import sys
 
 from timeline.trace_processor import open_trace
@@ -30,7 +31,8 @@ def main() -> None:
     print(f"{path}: {n_sched} scheduling slices, {len(rows)} threads")
     print(f"{'pid':>7} {'tid':>7}  {'process / thread':<34} {'running':>9} {'runnable':>9} {'sleeping':>9} {'D wait':>8}  (ms)")
     for r in rows:
-        name = f"{r['process'] or '?'} / {r['thread'] or '?'}"
+        process = os.path.basename(r["process"] or "?")
+        name = f"{process} / {r['thread'] or '?'}"
         print(f"{r['pid'] or 0:>7} {r['tid']:>7}  {name[:34]:<34} {r['running_ms']:>9.1f} {r['runnable_ms']:>9.1f} "
               f"{r['sleeping_ms']:>9.1f} {r['disk_wait_ms']:>8.1f}")
 
