@@ -28,7 +28,9 @@ class Family:
     ring_map: str
     ring_id: int
     dtype: np.dtype
-    programs: list[str] = field(default_factory=list)
+    programs: list[str] = field(default_factory=list)  # attached by their SEC() in attach()
+    # Other programs of the object (uprobes...) are attached by the family's
+    # recorder plugin (timeline/recorder_plugins.py) through session.objects.
 
 
 FAMILIES = {
@@ -59,7 +61,9 @@ def object_path(name: str) -> str:
 
 
 class BpfSession:
-    def __init__(self, families: list[str], *, launcher_tgid: int = 0, ring_sizes: dict[str, int] | None = None):
+    def __init__(self, families: list[str], *, launcher_tgid: int = 0, ring_sizes: dict[str, int] | None = None,
+                 rodata: dict[str, dict[str, int]] | None = None):
+        """rodata: family -> {const volatile global: value}, set before load."""
         if "proc" not in families:
             families = ["proc", *families]
         self.families = [FAMILIES[f] for f in families]
@@ -67,12 +71,12 @@ class BpfSession:
         self.readers: dict[int, RingReader] = {}
         self.ncpu = libbpf.num_possible_cpus()
         try:
-            self._load(launcher_tgid, ring_sizes or {})
+            self._load(launcher_tgid, ring_sizes or {}, rodata or {})
         except BaseException:
             self.close()
             raise
 
-    def _load(self, launcher_tgid: int, ring_sizes: dict[str, int]) -> None:
+    def _load(self, launcher_tgid: int, ring_sizes: dict[str, int], rodata: dict[str, dict[str, int]]) -> None:
         shared: dict[str, int] = {}
         for fam in self.families:
             path = object_path(fam.object)
@@ -80,11 +84,16 @@ class BpfSession:
             self.objects[fam.name] = obj
             if fam.name in ring_sizes:
                 obj.map(fam.ring_map).set_max_entries(ring_sizes[fam.name])
+            values = dict(rodata.get(fam.name, {}))
             if fam.name == "proc":
-                rodata = section_globals(path)
-                sched_on = any(f.name == "sched" for f in self.families)
-                obj.set_rodata({"launcher_tgid": (*rodata["launcher_tgid"], launcher_tgid),
-                                "untrack_on_switch": (*rodata["untrack_on_switch"], int(sched_on))})
+                values["launcher_tgid"] = launcher_tgid
+                values["untrack_on_switch"] = int(any(f.name == "sched" for f in self.families))
+            if values:
+                where = section_globals(path)
+                missing = [k for k in values if k not in where]
+                if missing:
+                    raise libbpf.BPFError(f"{fam.object} has no const volatile {missing[0]!r}")
+                obj.set_rodata({k: (*where[k], v) for k, v in values.items()})
             for name in SHARED_MAPS:
                 if name in shared:
                     obj.map(name).reuse_fd(shared[name])

@@ -21,6 +21,8 @@ from . import __version__, events, libbpf
 from .bpf_session import FAMILIES, BpfSession
 from .errors import UserError
 from .rawlog import RawLogWriter
+from .recorder_plugins import RecorderContext
+from .recorder_plugins import load as load_plugins
 from .target import RunAs, exit_status, invoking_user, launch, resolve_command, snapshot_tree
 
 DEFAULT_EVENTS = ("sched",)
@@ -49,6 +51,7 @@ class RecordResult:
     drops: dict[str, int] = field(default_factory=dict)
     raw_bytes: int = 0
     elapsed: float = 0.0
+    notes: list[str] = field(default_factory=list)  # plugins' summary lines
 
 
 def _effective_caps() -> int:
@@ -102,7 +105,9 @@ class _Consumer(threading.Thread):
         super().__init__(name="timeline-consumer", daemon=True)
         self.session, self.writer, self.interval = session, writer, interval
         self.stop_event = threading.Event()
-        self.lock = threading.Lock()  # one drainer at a time (final drain)
+        self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
+        self.plugins: list = []
+        self.ctx: RecorderContext | None = None
         self.kind_counts: dict[tuple[int, int], int] = {}
         self.error: BaseException | None = None
         self._kind_off = {rid: events.RINGBUF_HDR + fam.dtype.fields["kind"][1]
@@ -127,6 +132,8 @@ class _Consumer(threading.Thread):
         try:
             while not self.stop_event.is_set():
                 moved = self.drain_once()
+                for plugin in self.plugins:
+                    plugin.tick(self.ctx)
                 # Busy rings get drained again at once; idle ones wait.
                 if moved < (1 << 20):
                     self.stop_event.wait(self.interval)
@@ -163,6 +170,9 @@ class Recorder:
     def run(self) -> RecordResult:
         cfg = self.cfg
         preflight(cfg)
+        plugins = load_plugins(cfg.events, cfg)
+        for plugin in plugins:
+            plugin.preflight()
         run_as = None if cfg.as_root else invoking_user()
         header = {
             "version": 1,
@@ -177,6 +187,8 @@ class Recorder:
             "events": ["proc", *[e for e in cfg.events if e != "proc"]],
             "python": platform.python_version(),
         }
+        for plugin in plugins:
+            header.update(plugin.header())
         fams = [FAMILIES[name] for name in header["events"]]
         header["rings"] = {str(f.ring_id): {"name": f.name, "record_size": f.dtype.itemsize,
                                             "stride": events.ring_stride(f.dtype)} for f in fams}
@@ -193,32 +205,39 @@ class Recorder:
             raise UserError(f"loading the eBPF programs failed: {e}") from None
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)
+        ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
         proc: subprocess.Popen | None = None
         reason, code = "target exited", 0
         try:
             session.attach()
+            for plugin in plugins:
+                plugin.before_launch(ctx)
+            consumer.plugins = plugins
             consumer.start()
             self.start_time = time.monotonic()
             if cfg.pid:
-                self._attach_tree(session, writer, cfg.pid)
+                ctx.target_pids = self._attach_tree(session, ctx, cfg.pid)
             else:
                 session.arm_launch(True)
                 try:
                     proc = launch(cfg.command, run_as)
                 finally:
                     session.arm_launch(False)
-                writer.write_meta({"type": "launched", "pid": proc.pid, "ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+                ctx.target_pids = [proc.pid]
+                ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
+            for plugin in plugins:
+                plugin.on_target(ctx)
             reason, code = self._wait(proc, consumer, session)
         finally:
             restore()
-            result = self._finish(session, writer, consumer, reason, code)
+            result = self._finish(session, writer, consumer, reason, code, plugins)
         if proc is not None and proc.poll() is None:
             # Recording stopped (duration) while the target runs on: keep its
             # exit code as ours, like a shell would.
             result.exit_code = exit_status(proc.wait())
         return result
 
-    def _attach_tree(self, session: BpfSession, writer: RawLogWriter, pid: int) -> None:
+    def _attach_tree(self, session: BpfSession, ctx: RecorderContext, pid: int) -> list[int]:
         seen: dict[int, dict] = {}
         # Two passes: children forked between the first scan and the map
         # insert are caught by the second (after that, fork events do it).
@@ -227,8 +246,8 @@ class Recorder:
                 for t in p["threads"]:
                     session.track(t["tid"], p["pid"])
                 seen[p["pid"]] = p
-        writer.write_meta({"type": "procs", "ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME),
-                           "processes": list(seen.values())})
+        ctx.write_meta({"type": "procs", "ts": ctx.now_ns(), "processes": list(seen.values())})
+        return sorted(seen)
 
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
         cfg = self.cfg
@@ -301,7 +320,7 @@ class Recorder:
         return {"elapsed": elapsed, "records": n, "rate": n / elapsed if elapsed > 0 else 0.0,
                 "drops": drops, "raw_bytes": consumer.writer.bytes_written}
 
-    def _finish(self, session, writer, consumer, reason, code) -> RecordResult:
+    def _finish(self, session, writer, consumer, reason, code, plugins) -> RecordResult:
         """Detach, drain everything left, write END: always runs."""
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
         drops: dict[str, list[int]] = {}
@@ -309,6 +328,11 @@ class Recorder:
         if consumer.is_alive():
             consumer.join()
         try:
+            for plugin in plugins:
+                try:
+                    plugin.stop(consumer.ctx)
+                except Exception as e:  # a plugin must not cost the recording
+                    consumer.ctx.summary.append(f"warning: {plugin.family}: {e}")
             session.detach()
             consumer.drain_once()
             drops = session.drops()
@@ -320,4 +344,4 @@ class Recorder:
             session.close()
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(consumer.kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
-                            writer.bytes_written, elapsed)
+                            writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [])

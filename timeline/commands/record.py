@@ -86,6 +86,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
     kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
+    for note in res.notes:
+        say(f"timeline: {note}")
     total_drops = sum(res.drops.values())
     if total_drops:
         click.echo(f"timeline: warning: {total_drops:,} events were dropped (ring buffer full): "

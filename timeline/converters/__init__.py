@@ -16,6 +16,7 @@ import os
 import tempfile
 
 from ..rawlog import Damage, RawLogError
+from . import families as _families
 from . import model as _model
 
 __all__ = ["convert", "ConvertResult", "FORMATS", "format_for", "RawLogError"]
@@ -59,7 +60,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None)
         raise ValueError("output path is the raw log itself")
     size = os.stat(raw_path).st_size if os.path.exists(raw_path) else 0
     total = 2 * size  # two passes over the file
-    m = _model.scan(raw_path, progress, total)
+    m = _model.scan(raw_path, progress, total, families_loader=_families.load)
     norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
     events = 0
     with _AtomicOutput(out_path) as raw_f:
@@ -81,6 +82,16 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None)
                 w.proc(item.recs)
             elif item.kind == "procs":
                 w.snapshot(item.meta)
+            elif item.kind == "ring":
+                for fam in m.families:
+                    if item.ring in fam.rings:
+                        fam.emit_ring(w.sink, item.ring, item.recs)
+            elif item.kind == "meta":
+                for fam in m.families:
+                    if item.meta.get("type") in fam.metas:
+                        fam.emit_meta(w.sink, item.meta)
+        for fam in m.families:
+            fam.finish(w.sink)
         w.finish()
         if f is not raw_f:
             f.close()

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from .model import OTHER_COMM, OTHER_TID_BASE, CpuSched, LogModel
+from .track_events import ChromeTrackSink
 
 DEFAULT_PRIO = 120
 # prev_state bits as the kernel prints them (kernel >= 4.14 encoding)
@@ -65,9 +66,13 @@ class ChromeJsonWriter:
         self.prev_part = _Cache(lambda t: f"prev_comm={self.comm[t]} prev_pid={t} prev_prio=")
         self.next_part = _Cache(lambda t: f"next_comm={self.comm[t]} next_pid={t} next_prio=")
         self.state = _Cache(state_str)
+        # Families (CUDA, I/O, counters...) write events through this.
+        self.sink = ChromeTrackSink(model.thread_tgid)
 
     def _w(self, s: str) -> None:
-        b = s.encode()
+        self._wb(s.encode())
+
+    def _wb(self, b: bytes) -> None:
         self.f.write(b)
         self.out_bytes += len(b)
 
@@ -85,6 +90,12 @@ class ChromeJsonWriter:
 
     # -- stream
     def begin(self) -> None:
+        # Sched text streams first; traceEvents (names + family events spooled
+        # by the sink) are written at the end: trace_processor accepts the
+        # top-level keys in any order.
+        self._w('{"systemTraceEvents":"# tracer: nop\\n#\\n')
+
+    def _metadata_events(self) -> list[dict]:
         m = self.m
         evs = []
         for pid, p in sorted(m.processes.items()):
@@ -98,9 +109,7 @@ class ChromeJsonWriter:
             if t.tgid is not None and t.name:
                 evs.append({"ph": "M", "name": "thread_name", "pid": t.tgid, "tid": tid,
                             "args": {"name": t.name}})
-        self._w('{"traceEvents":[')
-        self._w(",\n".join(orjson.dumps(e).decode() for e in evs))
-        self._w('],\n"systemTraceEvents":"# tracer: nop\\n#\\n')
+        return evs
 
     def sched(self, chunks: list[CpuSched]) -> None:
         for c in chunks:
@@ -163,7 +172,10 @@ class ChromeJsonWriter:
                 "other_thread": f"tid {OTHER_TID_BASE} + cpu, named {OTHER_COMM!r}: idle or an untracked task",
             }
         }
-        self._w('",\n"metadata":')
+        self._w('",\n"traceEvents":[')
+        self.sink.drain_into(self._wb)
+        self._w(",\n".join(orjson.dumps(e).decode() for e in self._metadata_events()) or "{}")
+        self._w('],\n"metadata":')
         self._w(orjson.dumps(meta).decode())
         self._w("}\n")
 

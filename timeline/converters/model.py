@@ -100,6 +100,7 @@ class LogModel:
     # tid -> time of its final switch-out (prev_state X/Z): a thread keeps
     # running after its exit tracepoint while the kernel tears it down.
     final_switch: dict = dataclasses.field(default_factory=dict)
+    families: list = dataclasses.field(default_factory=list)  # FamilyConverter instances
     n_proc: int = 0
     first_ts: int | None = None
     last_ts: int | None = None
@@ -159,18 +160,27 @@ def _decode(blk, ring_dtypes) -> np.ndarray | None:
     return ev.decode_ring_bytes(blk.payload, dt)
 
 
-RING_DTYPES = {ev.RING_SCHED: ev.SCHED_EVENT, ev.RING_PROC: ev.PROC_EVENT}
+RING_DTYPES = {ring: dtype for ring, (_, dtype) in ev.RING_STRUCTS.items()}
 
 
-def scan(path: str, progress: Progress = None, total: int | None = None) -> LogModel:
+def scan(path: str, progress: Progress = None, total: int | None = None, families_loader=None) -> LogModel:
     """First pass: header, snapshots, all proc records, sched counts and tids.
 
+    families_loader(model) -> [FamilyConverter]: converters for the other
+    rings and META types; they see their records here and are kept in
+    model.families for the second pass.
     Raises rawlog.RawLogError for something that is not a raw log.
     """
     with RawLogReader(path) as rd:
         size = rd.size
         total = total or size
         m = LogModel(path=path, size=size, header=rd.header)
+        m.families = families_loader(m) if families_loader else []
+        ring_fams = {r: f for f in m.families for r in f.rings}
+        meta_fams: dict[str, list] = {}
+        for f in m.families:
+            for mt in f.metas:
+                meta_fams.setdefault(mt, []).append(f)
         procs_parts: list[np.ndarray] = []
         tid_parts: list[np.ndarray] = []
         snapshots: list[dict] = []
@@ -181,7 +191,9 @@ def scan(path: str, progress: Progress = None, total: int | None = None) -> LogM
                     continue
                 _note_ts(m, recs["ts"])
                 m.cpus.update(np.unique(recs["cpu"]).tolist())
-                if blk.ring == ev.RING_PROC:
+                if blk.ring in ring_fams:
+                    ring_fams[blk.ring].scan_ring(blk.ring, recs)
+                elif blk.ring == ev.RING_PROC:
                     procs_parts.append(recs)
                 elif blk.ring == ev.RING_SCHED:
                     sw = recs["kind"] == ev.SCHED_SWITCH
@@ -198,6 +210,8 @@ def scan(path: str, progress: Progress = None, total: int | None = None) -> LogM
                 meta = blk.json()
                 if meta.get("type") == "procs":
                     snapshots.append(meta)
+                for f in meta_fams.get(meta.get("type"), ()):
+                    f.scan_meta(meta)
             elif blk.kind == KIND_END:
                 m.end = blk.json()
             if progress:
@@ -434,17 +448,20 @@ class SchedNormalizer:
 @dataclasses.dataclass
 class Item:
     """One step of the second pass."""
-    kind: str                  # "sched" | "proc" | "procs"
+    kind: str                  # "sched" | "proc" | "procs" | "ring" (a family's) | "meta" (a family's)
     chunks: list | None = None  # sched: list[CpuSched]
     recs: np.ndarray | None = None  # proc: PROC_EVENT records in time order
     meta: dict | None = None   # procs snapshot
     nrec: int = 0              # raw records this item carries
+    ring: int = 0              # "ring": which ring the records come from
 
 
 def stream(model: LogModel, normalizer: SchedNormalizer, progress: Progress = None,
            done0: int = 0, total: int | None = None) -> Iterator[Item]:
     """Second pass: yields normalised items in file order, stopping at damage."""
     total = total or model.size
+    family_rings = {r for f in model.families for r in f.rings}
+    family_metas = {mt for f in model.families for mt in f.metas}
     with RawLogReader(model.path) as rd:
         for blk in rd.blocks():
             if blk.kind == KIND_RING:
@@ -452,13 +469,17 @@ def stream(model: LogModel, normalizer: SchedNormalizer, progress: Progress = No
                 if recs is not None and recs.size:
                     if blk.ring == ev.RING_SCHED:
                         yield Item("sched", chunks=normalizer.chunks(recs), nrec=int(recs.size))
-                    else:
+                    elif blk.ring == ev.RING_PROC:
                         recs = recs[np.lexsort((recs["ts"], recs["cpu"]))]
                         yield Item("proc", recs=recs, nrec=int(recs.size))
+                    elif blk.ring in family_rings:
+                        yield Item("ring", recs=recs, nrec=int(recs.size), ring=blk.ring)
             elif blk.kind == KIND_META:
                 meta = blk.json()
                 if meta.get("type") == "procs":
                     yield Item("procs", meta=meta)
+                elif meta.get("type") in family_metas:
+                    yield Item("meta", meta=meta)
             if progress:
                 progress(done0 + blk.offset + len(blk.payload), total)
 

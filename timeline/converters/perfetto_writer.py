@@ -48,6 +48,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .. import events as ev
 from .model import CpuSched, LogModel
+from .track_events import PerfettoTrackSink
 
 SEQ_ID = 1
 SEQ_ID_COUNTERS = 2
@@ -115,6 +116,9 @@ class PerfettoWriter:
         self.switch_bytes = 0  # compact_sched switch arrays only (bytes/switch metric)
         self.n_switch = 0
         self._early_leaders: dict[int, str] = {}  # tgid -> comm, freed at group death
+        # Families (CUDA, I/O, counters...) write TrackEvents through this.
+        self.sink = PerfettoTrackSink(lambda pkt: self._raw_packet(pkt.SerializeToString()),
+                                      model.thread_tgid)
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:

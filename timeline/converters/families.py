@@ -1,0 +1,51 @@
+"""Registry of converters for event families beyond sched and proc.
+
+A family converter receives, in the first pass, the records of its rings
+and the META blocks of its types (to learn names, mappings, ...), and in the
+second pass writes what it wants through a TrackSink (track_events.py), the
+same code serving the Perfetto and the Chrome JSON output.
+
+To add a family: subclass FamilyConverter in its own module and list it in
+REGISTRY as "module:Class".
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from .track_events import TrackSink
+
+REGISTRY: list[str] = [
+]
+
+
+class FamilyConverter:
+    rings: tuple[int, ...] = ()     # ring ids whose records this family converts
+    metas: tuple[str, ...] = ()     # META "type" values it wants to see
+
+    def __init__(self, model):
+        self.model = model          # converters.model.LogModel (names, tgids, header)
+
+    def scan_ring(self, ring: int, recs: np.ndarray) -> None:
+        """First pass, every block of the family's rings, in file order."""
+
+    def scan_meta(self, meta: dict) -> None:
+        """First pass, every META block of the family's types."""
+
+    def emit_ring(self, sink: TrackSink, ring: int, recs: np.ndarray) -> None:
+        """Second pass: write the block's records."""
+
+    def emit_meta(self, sink: TrackSink, meta: dict) -> None:
+        """Second pass: write what a META block carries (e.g. sampled counters)."""
+
+    def finish(self, sink: TrackSink) -> None:
+        """After the last block (close open state, emit summaries)."""
+
+
+def load(model) -> list[FamilyConverter]:
+    out = []
+    for spec in REGISTRY:
+        mod, cls = spec.split(":")
+        out.append(getattr(importlib.import_module(mod), cls)(model))
+    return out
