@@ -33,6 +33,8 @@ class ConvertResult:
     drops: dict                 # ring name -> records the recorder dropped
     out_path: str = ""
     synthetic_switches: int = 0  # switches added to keep each CPU's chain whole
+    switches: int = 0            # context switches written
+    switch_bytes: int = 0        # perfetto: bytes of the compact_sched switch arrays
 
 
 def format_for(out_path: str) -> str:
@@ -99,7 +101,8 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None)
         progress(total, total)
     return ConvertResult(events=events, damage=m.damage, finalized=m.finalized,
                          out_bytes=os.stat(out_path).st_size, drops=m.drops,
-                         out_path=out_path, synthetic_switches=norm.synthetic)
+                         out_path=out_path, synthetic_switches=norm.synthetic,
+                         switches=getattr(w, "n_switch", 0), switch_bytes=getattr(w, "switch_bytes", 0))
 
 
 class _AtomicOutput:
