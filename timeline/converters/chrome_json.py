@@ -66,6 +66,8 @@ class ChromeJsonWriter:
         self.prev_part = _Cache(lambda t: f"prev_comm={self.comm[t]} prev_pid={t} prev_prio=")
         self.next_part = _Cache(lambda t: f"next_comm={self.comm[t]} next_pid={t} next_prio=")
         self.state = _Cache(state_str)
+        self._switch_suffix = _Cache(self._make_switch_suffix)
+        self._waking_suffix = _Cache(self._make_waking_suffix)
         # Families (CUDA, I/O, counters...) write events through this.
         self.sink = ChromeTrackSink(model.thread_tgid)
 
@@ -120,9 +122,10 @@ class ChromeJsonWriter:
             if lines:
                 self._w("\\n".join(lines) + "\\n")
 
-    def _ts(self, ts: np.ndarray) -> list[str]:
+    @staticmethod
+    def _sec_ns(ts: np.ndarray) -> tuple[list, list]:
         sec, ns = np.divmod(ts, 1_000_000_000)
-        return [f"{s}.{n:09d}5" for s, n in zip(sec.tolist(), ns.tolist())]
+        return sec.tolist(), ns.tolist()
 
     def _switch_lines(self, c: CpuSched) -> list[str]:
         if c.sw_ts.size == 0:
@@ -131,19 +134,31 @@ class ChromeJsonWriter:
         prio = c.sw_prio.tolist()
         prev_prio = [self._prio.get(c.cpu, DEFAULT_PRIO)] + prio[:-1]
         self._prio[c.cpu] = prio[-1]
-        head, pv, nx, st = self.head, self.prev_part, self.next_part, self.state
-        return [f"{head[p]}{cpu} {t}: sched_switch: {pv[p]}{pp} prev_state={st[s]} ==> {nx[n]}{pr}"
-                for t, p, n, s, pp, pr in zip(self._ts(c.sw_ts), c.sw_prev.tolist(), c.sw_next.tolist(),
-                                              c.sw_state.tolist(), prev_prio, prio)]
+        head, suffix = self.head, self._switch_suffix
+        sec, ns = self._sec_ns(c.sw_ts)
+        # Everything after the timestamp depends only on (prev, next, state,
+        # prios): a few combinations repeat, so each text is built once.
+        return [f"{head[p]}{cpu} {s}.{n:09d}5: sched_switch: {suffix[(p, x, st, pp, pr)]}"
+                for s, n, p, x, st, pp, pr in zip(sec, ns, c.sw_prev.tolist(), c.sw_next.tolist(),
+                                                   c.sw_state.tolist(), prev_prio, prio)]
+
+    def _make_switch_suffix(self, key) -> str:
+        p, x, st, pp, pr = key
+        return f"{self.prev_part[p]}{pp} prev_state={self.state[st]} ==> {self.next_part[x]}{pr}"
 
     def _waking_lines(self, c: CpuSched) -> list[str]:
         if c.wk_ts.size == 0:
             return []
         cpu = f"[{c.cpu:03d}] d..3."
-        head, comm = self.head, self.comm
-        return [f"{head[w]}{cpu} {t}: sched_waking: comm={comm[k]} pid={k} prio={pr} target_cpu={tc:03d}"
-                for t, w, k, pr, tc in zip(self._ts(c.wk_ts), c.wk_waker.tolist(), c.wk_woken.tolist(),
-                                           c.wk_prio.tolist(), c.wk_cpu.tolist())]
+        head, suffix = self.head, self._waking_suffix
+        sec, ns = self._sec_ns(c.wk_ts)
+        return [f"{head[w]}{cpu} {s}.{n:09d}5: sched_waking: {suffix[(k, pr, tc)]}"
+                for s, n, w, k, pr, tc in zip(sec, ns, c.wk_waker.tolist(), c.wk_woken.tolist(),
+                                              c.wk_prio.tolist(), c.wk_cpu.tolist())]
+
+    def _make_waking_suffix(self, key) -> str:
+        k, pr, tc = key
+        return f"comm={self.comm[k]} pid={k} prio={pr} target_cpu={tc:03d}"
 
     def proc(self, recs: np.ndarray) -> None:
         pass  # names/cmdlines are already in the "M" events; the text parser ignores the rest
