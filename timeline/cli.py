@@ -31,6 +31,11 @@ def _register():
 
     main.add_command(record.record)
     main.add_command(convert.convert_cmd)
+    from .commands import check, query, view
+
+    main.add_command(query.query)
+    main.add_command(check.check)
+    main.add_command(view.view)
 
 
 _register()

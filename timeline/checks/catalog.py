@@ -1,0 +1,170 @@
+"""The check catalog: metadata for every check; the logic is in sql/<id>.sql.
+
+Each SQL file may hold several statements (helper tables named _tl_<id>_*);
+its last statement returns the findings, one row each, with the columns
+    severity  'error' | 'warning' | 'info' | 'ok' | 'n/a'
+    finding   one sentence with the numbers
+    ts, dur   the time window it refers to (trace ns; NULL when global)
+    hint      optional: a fix specific to what was found (else `fix` below)
+and any other column is evidence (name -> number/text) shown next to it.
+`${name}` in the SQL is replaced by the check's threshold parameter `name`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
+
+# Data families: how each is detected is in runner.FAMILY_SQL.
+FAMILY_HELP = {
+    "drops": "drop counters (ftrace_cpu_* stats, 'timeline: * records dropped' counters; a Chrome JSON "
+             "trace keeps its drops in metadata.timeline, which trace_processor does not load)",
+    "sched": "scheduling data (sched_switch / sched_waking)",
+    "cuda": "CUDA runtime/driver/NCCL call slices",
+    "gpu_counters": "GPU counters (gpu<N>.utilization_pct, ...)",
+    "block_io": "block I/O request slices",
+    "ioctl": "GPU-driver ioctl slices",
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: float
+    help: str
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    families: tuple[str, ...]  # the check runs when any of these is in the trace
+    why: str
+    fix: str
+    params: tuple[Param, ...] = field(default_factory=tuple)
+
+    @property
+    def sql_path(self) -> str:
+        return os.path.join(SQL_DIR, f"{self.id}.sql")
+
+    def sql(self) -> str:
+        with open(self.sql_path, encoding="utf-8") as f:
+            return f.read()
+
+    def defaults(self) -> dict[str, float]:
+        return {p.name: p.default for p in self.params}
+
+
+P = Param
+CATALOG: tuple[Check, ...] = (
+    Check(
+        "dropped_events", "Dropped events", ("drops",),
+        why="Events the kernel could not queue are missing from the trace: every other check sees "
+            "less than what happened (gaps in thread states, missing switches).",
+        fix="Record again with a larger --buffer-size (MiB, power of two) or a shorter --flush-interval.",
+        params=(P("error_fraction", 0.01, "dropped / (recorded + dropped) from which the finding is an "
+                                          "error (any drop is at least a warning)"),)),
+    Check(
+        "input_stall", "Input pipeline stall", ("sched",),
+        why="While the main training thread sleeps waiting for the next batch from the DataLoader "
+            "workers, the model (and the GPU) does nothing.",
+        fix="Make batches cheaper or produce them in parallel: more num_workers, a larger prefetch_factor, "
+            "persistent_workers=True, faster storage or caching, lighter per-sample transforms.",
+        params=(P("warn_fraction", 0.10, "share of the DataLoader's run the main thread spent waiting for "
+                                         "batches: warning from here"),
+                P("error_fraction", 0.30, "... error from here"),
+                P("window_s", 1.0, "window length for the worst windows"),
+                P("max_windows", 3, "how many worst windows to list"))),
+    Check(
+        "cpu_contention", "CPU contention on the dispatcher thread", ("sched",),
+        why="The thread that runs the training loop (and launches GPU work) must get a CPU the moment "
+            "it is runnable; time spent runnable-but-not-running delays every step.",
+        fix="Give the dispatcher thread a CPU of its own: fewer DataLoader workers / OMP threads than "
+            "cores, pin noisy processes elsewhere (taskset), or raise its priority.",
+        params=(P("warn_fraction", 0.10, "waiting / (waiting + running) time of the dispatcher: warning"),
+                P("error_fraction", 0.30, "... error"),
+                P("min_wait_us", 200, "runnable intervals shorter than this are wakeup latency, not "
+                                      "contention, and do not count as waiting"),
+                P("min_wall_fraction", 0.01, "... and waiting must be at least this share of the thread's "
+                                             "wall time (a thread that hardly runs loses nothing)"),
+                P("p99_latency_ms", 5.0, "p99 scheduling latency (runnable -> running) for a warning"),
+                P("storm_switches_per_s", 5000, "context switches per second of the dispatcher for a "
+                                                "'switch storm' warning"),
+                P("window_s", 1.0, "window length for the worst window"))),
+    Check(
+        "launch_latency", "Kernel launch latency outliers", ("cuda",),
+        why="A kernel launch normally costs a few microseconds of CPU; launches far above the median "
+            "stall the dispatcher and starve the GPU.",
+        fix="Look at the thread state during the slow launches: runnable means CPU contention (see "
+            "cpu_contention), sleeping means the driver blocked (launch queue full, lock, page faults).",
+        params=(P("outlier_factor", 10, "a launch is an outlier above this multiple of its function's median"),
+                P("min_outlier_us", 100, "... and above this many microseconds"),
+                P("p99_error_factor", 20, "error when the p99 is this multiple of the median"),
+                P("max_outliers", 3, "how many worst outliers to list"))),
+    Check(
+        "sync_hotspots", "Synchronization hot spots", ("cuda",),
+        why="Stream/device/event synchronizations and blocking device-to-host copies (.item(), .cpu(), "
+            "printing a tensor) make the CPU wait for the GPU and drain its work queue.",
+        fix="Remove syncs from the step: keep metrics on the GPU and read them every N steps, use "
+            "non_blocking=True copies into pinned memory, avoid .item()/.tolist() in the loop.",
+        params=(P("warn_fraction", 0.10, "share of a thread's CUDA span spent in sync calls: warning"),
+                P("error_fraction", 0.30, "... error"),
+                P("small_copy_bytes", 64, "D2H copies up to this size count as scalar reads (.item())"))),
+    Check(
+        "host_gpu_gaps", "Host-bound GPU gaps", ("cuda", "gpu_counters"),
+        why="Long gaps between GPU submissions while the host thread is busy mean the GPU waits for "
+            "Python; low NVML utilization windows show the same from the GPU side.",
+        fix="Cut per-step Python overhead: CUDA graphs / torch.compile, larger batches, fused "
+            "optimizers, move host-side work (logging, data prep) off the dispatcher thread.",
+        params=(P("min_gap_ms", 5, "a gap between submissions counts from this length"),
+                P("active_fraction", 0.5, "... when the submitting thread was running/runnable for this "
+                                          "share of it"),
+                P("warn_fraction", 0.10, "gap time / submission span: warning"),
+                P("error_fraction", 0.30, "... error"),
+                P("low_util_pct", 30, "GPU utilization below this is 'low'"),
+                P("util_warn_fraction", 0.25, "share of low-utilization time for a warning"))),
+    Check(
+        "alloc_churn", "Allocator churn and OOM", ("cuda",),
+        why="PyTorch's caching allocator should make cudaMalloc/cudaFree rare; a steady stream of them "
+            "(each may synchronize the device) or out-of-memory returns cost time or the run.",
+        fix="Avoid torch.cuda.empty_cache() in the loop, keep shapes stable, set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation; for OOM reduce the "
+            "batch or use activation checkpointing.",
+        params=(P("free_rate_warn_per_s", 20, "cudaFree/cuMemFree calls per second of the process' CUDA span "
+                                              "for a warning (the caching allocator frees only on "
+                                              "empty_cache() or after a failed allocation)"),
+                P("time_warn_fraction", 0.05, "share of the process' CUDA span inside them for a warning"))),
+    Check(
+        "cuda_errors", "CUDA errors", ("cuda",),
+        why="A CUDA call that returns an error usually means a crash, a silent fallback or a retry loop.",
+        fix="Read the error name; 2 = out of memory, 35 = driver older than the runtime, 100 = no device, "
+            "700 = illegal address (run with CUDA_LAUNCH_BLOCKING=1 to find the kernel).",
+        params=()),
+    Check(
+        "cuda_graphs", "CUDA graph re-capture storms", ("cuda",),
+        why="Capturing and instantiating a CUDA graph costs milliseconds; it pays off only when the "
+            "graph is replayed many times. Re-capturing every step, or never launching, is pure overhead.",
+        fix="Keep shapes static (pad/bucket), mark dynamic dims, and check torch.compile recompilation "
+            "logs (TORCH_LOGS=recompiles).",
+        params=(P("min_instantiations", 10, "instantiations before a re-capture storm is reported"),
+                P("min_replays", 5, "launches per instantiated graph below which it is a storm"))),
+    Check(
+        "block_io", "Block I/O stalls", ("block_io",),
+        why="Slow disk requests block whoever waits for them (DataLoader workers reading samples, "
+            "checkpoint writes) in uninterruptible sleep.",
+        fix="Cache the dataset in RAM or on local NVMe, read larger contiguous chunks, use more "
+            "workers to overlap I/O, or write checkpoints asynchronously.",
+        params=(P("p99_warn_ms", 50, "per-device p99 request latency for a warning"),
+                P("p99_error_ms", 500, "... for an error"))),
+    Check(
+        "slow_ioctls", "Slow GPU-driver ioctls", ("ioctl",),
+        why="The GPU driver does memory mapping, context and channel work in ioctls; slow ones block "
+            "the calling thread (often the dispatcher) in the kernel.",
+        fix="Look at which request is slow: allocation/mapping ioctls point at allocator churn, "
+            "repeated context setup at process/thread churn; keep them out of the steady state.",
+        params=(P("slow_ms", 50, "an ioctl is slow from this duration (warning)"),
+                P("error_ms", 1000, "... error from this duration"))),
+)
+
+BY_ID = {c.id: c for c in CATALOG}

@@ -1,0 +1,162 @@
+"""Run catalog checks against a loaded trace and collect their findings."""
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from ..trace_processor import TraceProcessorError
+from .catalog import BY_ID, CATALOG, FAMILY_HELP, SQL_DIR, Check
+
+# Worst first; 'ok', 'n/a' and 'not recorded' are statuses, not findings.
+SEVERITIES = ("error", "warning", "info")
+STATUS_ORDER = ("failed", "error", "warning", "info", "ok", "n/a", "not recorded")
+
+FAMILY_SQL = """
+select
+  exists(select 1 from sched) as sched,
+  exists(select 1 from stats where name in ('ftrace_cpu_overrun_end', 'ftrace_cpu_dropped_events_delta')
+         and idx is not null)
+    or exists(select 1 from counter_track where name glob 'timeline: * records dropped') as drops,
+  exists(select 1 from slice where category in ('cuda', 'cuda_driver', 'nccl')) as cuda,
+  exists(select 1 from counter_track where name glob 'gpu[0-9]*.*') as gpu_counters,
+  exists(select 1 from slice where category = 'block_io') as block_io,
+  exists(select 1 from slice where category = 'ioctl') as ioctl
+"""
+
+_PARAM_RE = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
+_CORE_COLUMNS = ("severity", "finding", "ts", "dur", "hint")
+
+
+class CheckConfigError(ValueError):
+    """Bad --only / --param input (unknown check or parameter, bad value)."""
+
+
+@dataclass
+class Finding:
+    severity: str
+    message: str
+    ts: Optional[int] = None
+    dur: Optional[int] = None
+    hint: Optional[str] = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckResult:
+    check: Check
+    status: str
+    findings: list[Finding]
+    params: dict[str, float]
+    seconds: float = 0.0
+    error: Optional[str] = None  # status 'failed': what trace_processor said
+    note: Optional[str] = None   # status 'not recorded': which data is missing
+
+
+@dataclass
+class Report:
+    trace: str
+    engine: str
+    start_ts: Optional[int]
+    end_ts: Optional[int]
+    families: dict[str, bool]
+    results: list[CheckResult]
+
+    def worst(self) -> Optional[str]:
+        """Most severe finding severity over all checks, or None."""
+        sev = {f.severity for r in self.results for f in r.findings}
+        return next((s for s in SEVERITIES if s in sev), None)
+
+
+def select_checks(only: Optional[Iterable[str]] = None) -> list[Check]:
+    if not only:
+        return list(CATALOG)
+    wanted = [c.strip() for c in only if c.strip()]
+    unknown = [c for c in wanted if c not in BY_ID]
+    if unknown:
+        raise CheckConfigError(f"unknown check {', '.join(unknown)} (known: {', '.join(BY_ID)})")
+    return [c for c in CATALOG if c.id in wanted]  # catalog order: dropped events first
+
+
+def parse_params(items: Iterable[str]) -> dict[str, dict[str, float]]:
+    """['input_stall.warn_fraction=0.2', ...] -> {'input_stall': {'warn_fraction': 0.2}}."""
+    out: dict[str, dict[str, float]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        cid, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise CheckConfigError(f"--param {item!r}: expected CHECK.NAME=VALUE")
+        check = BY_ID.get(cid)
+        if check is None:
+            raise CheckConfigError(f"--param {item!r}: unknown check {cid!r} (known: {', '.join(BY_ID)})")
+        if name not in check.defaults():
+            known = ", ".join(check.defaults()) or "none"
+            raise CheckConfigError(f"--param {item!r}: {cid} has no parameter {name!r} (it has: {known})")
+        try:
+            num = float(value)
+        except ValueError:
+            raise CheckConfigError(f"--param {item!r}: {value!r} is not a number") from None
+        if num != num or num in (float("inf"), float("-inf")):
+            raise CheckConfigError(f"--param {item!r}: {value!r} is not a finite number")
+        out.setdefault(cid, {})[name] = int(num) if num.is_integer() else num
+    return out
+
+
+def render_sql(check: Check, params: dict[str, float]) -> str:
+    """The check's SQL with ${name} replaced by numeric literals (only numbers
+    ever reach the SQL, so no quoting issue)."""
+    def sub(m):
+        name = m.group(1)
+        if name not in params:
+            raise KeyError(f"{check.id}.sql uses ${{{name}}} but the catalog has no such parameter")
+        return repr(params[name])
+    return _PARAM_RE.sub(sub, check.sql())
+
+
+def detect_families(tp) -> dict[str, bool]:
+    row = tp.query(FAMILY_SQL).as_dicts()[0]
+    return {k: bool(v) for k, v in row.items()}
+
+
+def _to_finding(row: dict) -> Finding:
+    sev = row.get("severity") or "info"
+    ev = {k: v for k, v in row.items() if k not in _CORE_COLUMNS and v is not None}
+    return Finding(sev, row.get("finding") or "", row.get("ts"), row.get("dur"), row.get("hint"), ev)
+
+
+def _status(findings: list[Finding]) -> str:
+    sevs = {f.severity for f in findings}
+    for s in ("error", "warning", "info", "ok", "n/a"):
+        if s in sevs:
+            return s
+    return "ok"
+
+
+def run_check(tp, check: Check, families: dict[str, bool], params: dict[str, float]) -> CheckResult:
+    if not any(families.get(f) for f in check.families):
+        missing = " or ".join(FAMILY_HELP[f] for f in check.families)
+        return CheckResult(check, "not recorded", [], params, note=f"no {missing} in this trace")
+    t0 = time.perf_counter()
+    try:
+        rows = tp.query(render_sql(check, params)).as_dicts()
+    except TraceProcessorError as e:
+        return CheckResult(check, "failed", [], params, time.perf_counter() - t0, error=str(e))
+    findings = [_to_finding(r) for r in rows]
+    # Worst first; keep the SQL's order inside one severity.
+    findings.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+    return CheckResult(check, _status(findings), findings, params, time.perf_counter() - t0)
+
+
+def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,
+               params: Optional[dict[str, dict[str, float]]] = None) -> Report:
+    checks = select_checks(only)
+    params = params or {}
+    families = detect_families(tp)
+    with open(os.path.join(SQL_DIR, "_prelude.sql"), encoding="utf-8") as f:
+        tp.query(f.read())
+    bounds = tp.query("select start_ts, end_ts from trace_bounds").rows
+    start, end = bounds[0] if bounds else (None, None)
+    results = [run_check(tp, c, families, {**c.defaults(), **params.get(c.id, {})}) for c in checks]
+    return Report(trace_path, getattr(tp, "engine_name", "?"), start, end, families, results)

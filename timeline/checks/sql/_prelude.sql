@@ -1,0 +1,81 @@
+-- Shared by the checks, run once per trace before them.
+
+-- Running time per real thread ('other' placeholders and idle have no process).
+create or replace perfetto table _tl_run as
+select s.utid, t.upid, sum(s.dur) as run_ns
+from sched s join thread t using (utid)
+where t.upid is not null and s.utid != 0
+group by s.utid;
+
+create or replace perfetto table _tl_proc_run as
+select upid, sum(run_ns) as run_ns from _tl_run group by upid;
+
+-- DataLoader worker processes (torch names them, and their threads, pt_data_worker).
+create or replace perfetto table _tl_workers as
+select distinct t.upid from thread t join process p using (upid)
+where p.name = 'pt_data_worker' or (t.name = 'pt_data_worker' and t.tid = p.pid);
+
+-- Every CUDA runtime/driver/NCCL call with its thread and process; `fn` is
+-- the API name without the per-thread-stream suffixes (_ptsz, _ptds).
+create or replace perfetto table _tl_cuda as
+select s.id, s.ts, s.dur, s.name, replace(replace(s.name, '_ptsz', ''), '_ptds', '') as fn,
+  s.category, s.arg_set_id, tt.utid, t.upid
+from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
+where s.category in ('cuda', 'cuda_driver', 'nccl');
+
+create or replace perfetto table _tl_launches as
+select id, ts, dur, fn as name, utid, upid from _tl_cuda
+where fn in ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaLaunchKernelExC',
+             'cudaLaunchCooperativeKernel', 'cuLaunchCooperativeKernel');
+
+-- The training process: the parent of the DataLoader workers if known, else a
+-- root of the recorded tree (its parent was not recorded), busiest first.
+create or replace perfetto table _tl_main_process as
+select p.upid, p.pid from process p join _tl_proc_run r using (upid)
+where p.upid not in (select upid from _tl_workers)
+order by exists(select 1 from process w where w.parent_upid = p.upid
+                and w.upid in (select upid from _tl_workers)) desc,
+         (p.parent_upid is null or p.parent_upid not in (select upid from _tl_proc_run)) desc,
+         r.run_ns desc
+limit 1;
+
+-- The main training (dispatcher) thread, by the best evidence present: the
+-- thread issuing the most kernel launches; the recorder's 'main training
+-- thread' marker; the training process' leader thread (it iterates the
+-- DataLoader in every common launcher); its busiest thread.
+create or replace perfetto table _tl_main_pick as
+select * from (
+  select * from (select utid, 1 as prio, 'issues the most kernel launches' as why
+                 from _tl_launches group by utid order by count(*) desc limit 1)
+  union all
+  select * from (select tt.utid, 2, 'marked as the main training thread by the recorder'
+                 from slice s join thread_track tt on s.track_id = tt.id
+                 where s.category = 'dataloader' and s.name = 'main training thread'
+                 order by s.dur desc limit 1)
+  union all
+  select * from (select r.utid, 3, 'leader thread of the training process'
+                 from _tl_run r join thread t using (utid)
+                 where t.tid = (select pid from _tl_main_process) and t.upid = (select upid from _tl_main_process))
+  union all
+  select * from (select utid, 4, 'busiest thread of the training process'
+                 from _tl_run where upid = (select upid from _tl_main_process)
+                 order by run_ns desc limit 1)
+  order by prio limit 1);
+
+-- trace_processor can split one thread into several utids (e.g. a track
+-- descriptor sorted before the thread is known): take the one with the
+-- scheduling data.
+create or replace perfetto table tl_main_thread as
+select coalesce((select r.utid from _tl_run r join thread x using (utid)
+                 where x.tid = t.tid and x.upid is t.upid order by r.run_ns desc limit 1), m.utid) as utid,
+  t.upid, t.tid, coalesce(t.name, 'tid ' || t.tid) as name, p.pid,
+  coalesce(p.name, 'pid ' || p.pid) as process_name, m.why
+from _tl_main_pick m join thread t using (utid) left join process p using (upid);
+
+-- Short process names for messages: the leader thread's name (comm) rather
+-- than the executable's full path.
+create or replace perfetto table _tl_pname as
+select p.upid, p.pid,
+  coalesce((select t.name from thread t where t.upid = p.upid and t.tid = p.pid and t.name is not null
+            order by t.utid limit 1), p.name, 'pid ' || p.pid) as name
+from process p;

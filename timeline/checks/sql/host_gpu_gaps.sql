@@ -1,0 +1,96 @@
+-- Gaps between GPU submissions (launches, graph launches, async copies,
+-- NCCL collectives) of a process while its submitting thread was on the CPU
+-- and not inside a call that waits for the GPU; plus low NVML utilization.
+create or replace perfetto table _tl_hg_sub as
+select upid, utid, ts, dur from _tl_cuda
+where category = 'nccl' or id in (select id from _tl_launches)
+   or fn in ('cudaGraphLaunch', 'cuGraphLaunch', 'cudaMemcpyAsync', 'cudaMemcpy2DAsync', 'cuMemcpyAsync',
+             'cuMemcpyHtoDAsync_v2', 'cuMemcpyDtoHAsync_v2', 'cuMemcpyDtoDAsync_v2', 'cudaMemsetAsync');
+
+create or replace perfetto table _tl_hg_gap as
+select row_number() over () as gap_id, upid, utid, ts, dur from (
+  select upid, utid, ts + dur as ts, lead(ts) over (partition by upid order by ts) - (ts + dur) as dur
+  from _tl_hg_sub)
+where dur >= ${min_gap_ms} * 1e6;
+
+-- Waiting for the GPU (or the allocator) inside a gap means the GPU was busy.
+create or replace perfetto table _tl_hg_blocked as
+select g.gap_id, sum(min(c.ts + c.dur, g.ts + g.dur) - max(c.ts, g.ts)) as blocked
+from _tl_hg_gap g join _tl_cuda c on c.upid = g.upid and c.ts < g.ts + g.dur and c.ts + c.dur > g.ts
+where c.fn glob '*ynchronize' or c.fn in ('cudaMemcpy', 'cudaMemcpy2D', 'cudaMalloc', 'cudaFree', 'cuMemcpy',
+                                          'cuMemAlloc_v2', 'cuMemFree_v2', 'cuMemcpyDtoH_v2', 'cuMemcpyHtoD_v2',
+                                          'cuMemcpyDtoD_v2')
+group by g.gap_id;
+
+create or replace perfetto table _tl_hg_ts as
+select ts, dur, utid, state from thread_state where dur > 0 and utid in (select utid from _tl_hg_gap);
+
+drop table if exists _tl_hg_sj;
+create virtual table _tl_hg_sj using span_join(_tl_hg_gap partitioned utid, _tl_hg_ts partitioned utid);
+
+create or replace perfetto table _tl_hg_active as
+select gap_id, sum(iif(state in ('Running', 'R', 'R+'), dur, 0)) as active, sum(dur) as covered
+from _tl_hg_sj group by gap_id;
+
+-- Host-bound: not blocked for most of it, and on the CPU (or state unknown).
+create or replace perfetto table _tl_hg_host as
+select g.*, a.covered is null as unknown
+from _tl_hg_gap g left join _tl_hg_blocked b using (gap_id) left join _tl_hg_active a using (gap_id)
+where coalesce(b.blocked, 0) < 0.5 * g.dur
+  and (a.covered is null or a.active >= ${active_fraction} * g.dur);
+
+create or replace perfetto table _tl_hg as
+select s.upid, min(s.ts) as ts, max(s.ts + s.dur) - min(s.ts) as span, count(*) as subs,
+  (select count(*) from _tl_hg_host h where h.upid = s.upid) as gaps,
+  coalesce((select sum(dur) from _tl_hg_host h where h.upid = s.upid), 0) as gap_total,
+  (select max(dur) from _tl_hg_host h where h.upid = s.upid) as longest,
+  (select sum(unknown) from _tl_hg_host h where h.upid = s.upid) as unknown
+from _tl_hg_sub s group by s.upid;
+
+create or replace perfetto table _tl_hg_util as
+select gpu, ts, dur, value, sum(value >= ${low_util_pct}) over (partition by gpu order by ts) as run
+from (select replace(replace(t.name, ' value', ''), '.utilization_pct', '') as gpu, c.ts, c.value,
+             lead(c.ts) over (partition by c.track_id order by c.ts) - c.ts as dur
+      from counter c join counter_track t on c.track_id = t.id
+      where t.name glob 'gpu[0-9]*.utilization_pct' or t.name glob 'gpu[0-9]*.utilization_pct value')
+where dur is not null;
+
+create or replace perfetto table _tl_hg_low as
+select gpu, sum(iif(value < ${low_util_pct}, dur, 0)) as low, sum(dur) as sampled,
+  (select ts from (select min(ts) as ts, sum(dur) as d from _tl_hg_util u
+                   where u.gpu = x.gpu and u.value < ${low_util_pct} group by run order by d desc limit 1)) as run_ts,
+  (select max(d) from (select sum(dur) as d from _tl_hg_util u
+                       where u.gpu = x.gpu and u.value < ${low_util_pct} group by run)) as run_dur
+from _tl_hg_util x group by gpu;
+
+select
+  case when gap_total >= ${error_fraction} * span then 'error'
+       when gap_total >= ${warn_fraction} * span then 'warning' else 'ok' end as severity,
+  printf('%s (pid %d): %,d gaps of >= %g ms between GPU submissions while the submitting thread was busy on '
+         || 'the CPU, %.3f s = %.0f%% of its submission span (%.2f s, %,d submissions)%s',
+         p.name, p.pid, gaps, ${min_gap_ms}, gap_total / 1e9, 100.0 * gap_total / span,
+         span / 1e9, subs, iif(gaps > 0, printf('; longest %.1f ms', longest / 1e6), ''))
+    || iif(unknown > 0, printf(' (%d gaps without thread state: assumed busy)', unknown), '') as finding,
+  coalesce((select ts from _tl_hg_host h where h.upid = g.upid order by dur desc limit 1), g.ts) as ts,
+  coalesce(longest, span) as dur,
+  null as hint,
+  round(1.0 * gap_total / span, 4) as gap_fraction, gaps, round(coalesce(longest, 0) / 1e6, 3) as longest_ms,
+  null as low_util_fraction
+from _tl_hg g join _tl_pname p using (upid) where span > 0
+union all
+select * from (
+  select 'info', printf('GPU idle for %.1f ms after a submission while the host thread was busy', h.dur / 1e6),
+    h.ts, h.dur, null, null, null, round(h.dur / 1e6, 3), null
+  from _tl_hg_host h join _tl_hg g using (upid)
+  where g.gap_total >= ${warn_fraction} * g.span
+  order by h.dur desc limit 3)
+union all
+select iif(low >= ${util_warn_fraction} * sampled, 'warning', 'ok'),
+  printf('%s utilization was below %g%% for %.0f%% of the sampled time (%.2f s of %.2f s)%s', gpu,
+         ${low_util_pct}, 100.0 * low / sampled, low / 1e9, sampled / 1e9,
+         iif(run_dur > 0, printf('; longest low stretch %.2f s', run_dur / 1e9), '')),
+  iif(run_dur > 0, run_ts, null), iif(run_dur > 0, run_dur, null),
+  'the GPU waits for work: see the submission gaps and the input pipeline; larger batches or CUDA '
+    || 'graphs raise utilization',
+  null, null, null, round(1.0 * low / sampled, 4)
+from _tl_hg_low where sampled > 0;

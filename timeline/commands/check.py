@@ -1,0 +1,96 @@
+"""`timeline check TRACE`: run the built-in anomaly checks and report."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from ..errors import UserError
+from .query import _one_line, engine_options, open_trace_or_fail
+
+FAIL_LEVELS = ("info", "warning", "error")
+EXIT_FINDINGS = 1  # --fail-on reached (exit 2 stays "timeline itself failed")
+
+
+def _list_catalog() -> None:
+    from ..checks import CATALOG
+
+    for c in CATALOG:
+        click.echo(f"{c.id}  {c.title}  (data: {' or '.join(c.families)})")
+        for p in c.params:
+            click.echo(f"    {c.id}.{p.name}={p.default:g}  {p.help}")
+        click.echo("")
+
+
+@click.command("check")
+@click.argument("trace", type=click.Path(dir_okay=False), required=False)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--fail-on", type=click.Choice(FAIL_LEVELS),
+              help=f"Exit {EXIT_FINDINGS} when a finding is at least this severe (for CI).")
+@click.option("--param", "params", multiple=True, metavar="CHECK.NAME=VALUE",
+              help="Override a threshold, e.g. input_stall.warn_fraction=0.2 (repeatable).")
+@click.option("--only", metavar="ID,...", help="Run only these checks (comma separated ids).")
+@click.option("--annotate", "annotate_out", type=click.Path(dir_okay=False), metavar="OUT",
+              help="Also write a copy of TRACE with the findings on a 'timeline findings' track.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence numbers for passing checks too.")
+@click.option("--list", "list_only", is_flag=True, help="List the checks and their thresholds, then exit.")
+@engine_options
+def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin):
+    """Run the built-in checks on TRACE (input stalls, CPU contention, CUDA
+    launch/sync/allocator/graph problems, block I/O, driver ioctls, drops).
+
+    Checks whose data is not in the trace say "not recorded". Exit status:
+    0, or 1 with --fail-on when a finding reaches that severity, 2 on errors.
+    """
+    from ..checks import CheckConfigError, parse_params, run_checks, select_checks
+    from ..checks.report import render_text, to_json
+    from ..trace_processor import TraceProcessorError
+
+    if list_only:
+        _list_catalog()
+        return
+    if trace is None:
+        raise UserError("missing TRACE (or use --list)")
+    try:
+        overrides = parse_params(params)
+        ids = only.split(",") if only else None
+        select_checks(ids)
+    except CheckConfigError as e:
+        raise UserError(str(e)) from None
+    if annotate_out:
+        from .output import check_writable
+
+        check_writable(annotate_out)
+        if os.path.abspath(annotate_out) == os.path.abspath(trace):
+            raise UserError("--annotate must name a new file, not the trace itself")
+    tp = open_trace_or_fail(trace, engine, tp_bin)
+    try:
+        report = run_checks(tp, trace, only=ids, params=overrides)
+    except TraceProcessorError as e:
+        raise UserError(f"checks failed: {_one_line(e)}") from None
+    finally:
+        tp.close()
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")
+    else:
+        from rich.console import Console
+
+        render_text(report, Console(highlight=False), verbose=verbose)
+    if annotate_out:
+        from ..checks.annotate import write_annotated
+
+        try:
+            n = write_annotated(trace, annotate_out, report)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot write {annotate_out}: {e}") from None
+        click.echo(f"wrote {annotate_out} ({n} finding{'s' if n != 1 else ''} on the 'timeline findings' track)",
+                   err=True)
+    failed = [r.check.id for r in report.results if r.status == "failed"]
+    if failed:
+        raise UserError(f"check(s) could not run: {', '.join(failed)}")
+    worst = report.worst()
+    if fail_on and worst and FAIL_LEVELS.index(worst) >= FAIL_LEVELS.index(fail_on):
+        sys.exit(EXIT_FINDINGS)

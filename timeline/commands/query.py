@@ -1,0 +1,98 @@
+"""`timeline query TRACE "SQL"`: run PerfettoSQL on a trace, print the rows."""
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import os
+import sys
+
+import click
+
+from ..errors import UserError
+
+ENGINES = ("auto", "wasm", "native")
+
+
+def engine_options(f):
+    """--engine / --tp-bin, shared with `timeline check`."""
+    f = click.option("--tp-bin", type=click.Path(dir_okay=False),
+                     help="trace_processor_shell binary for the native engine (else $TIMELINE_TP_BIN, "
+                          "perfetto's cache, PATH).")(f)
+    return click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+                        help="auto: native trace_processor_shell if one is found, else the bundled wasm "
+                             "build.")(f)
+
+
+def open_trace_or_fail(path: str, engine: str, tp_bin):
+    """Loads a trace; trace_processor errors become one-line UserErrors."""
+    from ..trace_processor import TraceProcessorError, open_trace
+
+    if not os.path.exists(path):
+        raise UserError(f"{path} does not exist")
+    try:
+        return open_trace(path, engine=engine, bin_path=tp_bin, offline=True)
+    except TraceProcessorError as e:
+        raise UserError(_one_line(e)) from None
+
+
+def _one_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return "; ".join(lines[:1] + [ln for ln in lines[1:] if ln.startswith("File ")][:1]) or type(e).__name__
+
+
+def _cell(v):
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    return v
+
+
+def print_result(res, fmt: str) -> None:
+    rows = [[_cell(v) for v in r] for r in res.rows]
+    if fmt == "json":
+        sys.stdout.write(json.dumps([dict(zip(res.columns, r)) for r in rows], indent=1) + "\n")
+    elif fmt == "csv":
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(res.columns)
+        w.writerows(rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*res.columns, show_lines=False, highlight=True,
+                      caption=f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
+        for r in rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in r))
+        Console(highlight=False).print(table)
+
+
+@click.command("query")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("sql", required=False)
+@click.option("-f", "--file", "sql_file", type=click.File("r"), help="Read the SQL from a file ('-' = stdin).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="table (for the terminal), csv, or json (a list of row objects).")
+@engine_options
+def query(trace, sql, sql_file, fmt, engine, tp_bin):
+    """Run PerfettoSQL on TRACE and print the result.
+
+    \b
+    timeline query run.pftrace "select name, count(*) from thread group by name"
+    timeline query run.pftrace -f busiest.sql --format csv
+    Several statements may be given; the last one's rows are printed.
+    """
+    from ..trace_processor import TraceProcessorError
+
+    if (sql is None) == (sql_file is None):
+        raise UserError("give the SQL either as an argument or with -f FILE (one of them)")
+    text = sql if sql is not None else sql_file.read()
+    if not text.strip():
+        raise UserError("the SQL is empty")
+    tp = open_trace_or_fail(trace, engine, tp_bin)
+    try:
+        res = tp.query(text)
+    except TraceProcessorError as e:
+        raise UserError(f"query failed: {_one_line(e)}") from None
+    finally:
+        tp.close()
+    print_result(res, fmt)

