@@ -15,6 +15,7 @@ build:
 demo: setup
 	timeline record -o demo.pftrace -- $(PYTHON) examples/train_cpu.py
 	$(PYTHON) examples/show_trace.py demo.pftrace
+	timeline check demo.pftrace
 
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
 need_apt=()
-for pkg in clang llvm libbpf-dev bpftool libbpf1 util-linux; do
+for pkg in clang llvm libbpf-dev bpftool libbpf1 util-linux chromium chromium-driver; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -40,7 +40,7 @@ def read_raw(path: str) -> dict:
                 out["metas"].append(blk.json())
             elif blk.kind == KIND_RING:
                 name, dtype = events.RING_NAMES[blk.ring], events.RING_STRUCTS[blk.ring][1]
-                out[name].append(events.decode_ring_bytes(blk.payload, dtype))
+                out.setdefault(name, []).append(events.decode_ring_bytes(blk.payload, dtype))
             else:
                 out["end"] = blk.json()
         out["damage"], out["finalized"] = r.damage, r.finalized

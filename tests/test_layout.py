@@ -46,7 +46,7 @@ def test_program_and_map_names_are_the_loader_api():
         obj = libbpf.BPFObject(obj_path(fam.object))
         try:
             progs = obj.programs()
-            assert sorted(progs) == sorted(fam.programs)
+            assert sorted(progs) == sorted(fam.programs + fam.plugin_programs)
             assert fam.ring_map in obj.map_names()
             for shared in bpf_session.SHARED_MAPS:
                 assert shared in obj.map_names()

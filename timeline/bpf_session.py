@@ -7,6 +7,7 @@ switches and wakeups.  Later families add objects the same way.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import struct
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class Family:
     programs: list[str] = field(default_factory=list)  # attached by their SEC() in attach()
     # Other programs of the object (uprobes...) are attached by the family's
     # recorder plugin (timeline/recorder_plugins.py) through session.objects.
+    plugin_programs: list[str] = field(default_factory=list)  # those, by name (checked by test_layout)
+    prepare: str = ""  # "module:function" called with the opened BPFObject before load
 
 
 FAMILIES = {
@@ -38,6 +41,16 @@ FAMILIES = {
                    ["tl_fork", "tl_exec", "tl_exit", "tl_rename"]),
     "sched": Family("sched", "sched.bpf.o", "sched_ring", events.RING_SCHED, events.SCHED_EVENT,
                     ["tl_switch", "tl_waking", "tl_wakeup_new"]),
+    # CUDA runtime/driver/NCCL uprobes, attached by timeline.cuda.plugin
+    "cuda": Family("cuda", "cuda.bpf.o", "cuda_ring", events.RING_CUDA, events.CUDA_EVENT, [],
+                   ["tl_cuda_entry", "tl_cuda_enter", "tl_cuda_exit"], "timeline.cuda.attach:prepare"),
+    # kernel context (timeline.kctx): ioctls, block requests, exit totals + samplers
+    "ioctl": Family("ioctl", "ioctl.bpf.o", "ioctl_ring", events.RING_IOCTL, events.IOCTL_EVENT,
+                    ["tl_ioctl_enter", "tl_ioctl_exit"]),
+    "block": Family("block", "block.bpf.o", "block_ring", events.RING_BLOCK, events.BLOCK_EVENT,
+                    ["tl_blk_insert", "tl_blk_issue", "tl_blk_done"]),
+    "counters": Family("counters", "counters.bpf.o", "counters_ring", events.RING_COUNTERS,
+                       events.COUNTERS_EVENT, ["tl_cnt_exit"]),
 }
 SHARED_MAPS = ("tracked", "drops")
 _TASK = struct.Struct("<II")  # struct tl_task {tgid, flags}
@@ -82,6 +95,9 @@ class BpfSession:
             path = object_path(fam.object)
             obj = libbpf.BPFObject(path)
             self.objects[fam.name] = obj
+            if fam.prepare:  # e.g. program attach types only known at run time
+                mod, fn = fam.prepare.split(":")
+                getattr(importlib.import_module(mod), fn)(obj)
             if fam.name in ring_sizes:
                 obj.map(fam.ring_map).set_max_entries(ring_sizes[fam.name])
             values = dict(rodata.get(fam.name, {}))

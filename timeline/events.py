@@ -29,6 +29,24 @@ PF_GROUP_DEAD = 2
 PF_LAUNCHED = 4
 PROC_DATA_LEN = 256
 
+# ---- CUDA ring (TL_RING_CUDA, cuda.bpf.c): see events.h for the meaning ----
+RING_CUDA = 3
+CUDA_CALL = 1
+CUDA_ENTRY = 2
+CUDA_NAME = 3
+CF_HAS_RET = 1
+CF_OUT = 2
+CF_TRUNC = 4
+CK_ID_MASK = 4095
+CK_OUT_SHIFT = 12
+CK_STR_SHIFT = 16
+CK_RUNTIME = 1 << 20
+CK_DRIVER = 1 << 21
+CK_STACK = 1 << 22
+CK_CONFIG = 1 << 23
+CK_LAUNCH = 1 << 24
+# ---- end CUDA ----
+
 SCHED_EVENT = np.dtype(
     [
         ("ts", "<u8"),
@@ -61,12 +79,73 @@ PROC_EVENT = np.dtype(
     ]
 )
 
+CUDA_EVENT = np.dtype(
+    [
+        ("ts", "<u8"),
+        ("dur", "<u8"),
+        ("args", "<u8", (9,)),
+        ("ret", "<u8"),
+        ("out", "<u8"),
+        ("cookie", "<u8"),
+        ("tid", "<u4"),
+        ("tgid", "<u4"),
+        ("cpu", "<u2"),
+        ("kind", "u1"),
+        ("flags", "u1"),
+        ("pad", "<u4"),
+    ]
+)
+
 # C struct name for each ring's record, used by the layout test.
 RING_STRUCTS = {
     RING_SCHED: ("tl_sched_event", SCHED_EVENT),
     RING_PROC: ("tl_proc_event", PROC_EVENT),
+    RING_CUDA: ("tl_cuda_event", CUDA_EVENT),
 }
 RING_NAMES = {RING_SCHED: "sched", RING_PROC: "proc"}
+RING_NAMES[RING_CUDA] = "cuda"
+
+# ---- kernel context (issue 4): ioctl, block I/O, counters; see events.h ----
+RING_IOCTL = 4
+RING_BLOCK = 5
+RING_COUNTERS = 6
+IOCTL_CALL = 1
+IOF_NVIDIA = 1
+IOF_DETAIL = 2
+IOF_XFER = 4
+IOF_NOFILE = 8
+IOCTL_NAME_LEN = 32
+BLOCK_IO = 1
+BF_SYNC = 1
+BF_META = 2
+BF_FUA = 4
+BF_RAHEAD = 8
+BF_PREFLUSH = 16
+BF_PARTIAL = 32
+COUNTERS_EXIT = 1
+
+IOCTL_EVENT = np.dtype([
+    ("ts", "<u8"), ("dur", "<u8"), ("ret", "<i8"), ("ino", "<u8"),
+    ("tid", "<u4"), ("tgid", "<u4"), ("fd", "<u4"), ("request", "<u4"), ("rdev", "<u4"), ("detail", "<u4"),
+    ("mode", "<u2"), ("cpu", "<u2"), ("kind", "u1"), ("flags", "u1"), ("esc", "<u2"),
+    ("name", f"S{IOCTL_NAME_LEN}"), ("parent", f"S{IOCTL_NAME_LEN}"),
+])
+BLOCK_EVENT = np.dtype([
+    ("ts", "<u8"), ("issue_ts", "<u8"), ("done_ts", "<u8"), ("sector", "<u8"),
+    ("tid", "<u4"), ("tgid", "<u4"), ("dev", "<u4"), ("bytes", "<u4"),
+    ("cpu", "<u2"), ("kind", "u1"), ("flags", "u1"), ("op", "u1"), ("status", "u1"), ("pad", "<u2"),
+    ("disk", "S16"),
+])
+COUNTERS_EVENT = np.dtype([
+    ("ts", "<u8"), ("utime_ns", "<u8"), ("stime_ns", "<u8"), ("min_flt", "<u8"), ("maj_flt", "<u8"),
+    ("nvcsw", "<u8"), ("nivcsw", "<u8"), ("read_bytes", "<u8"), ("write_bytes", "<u8"),
+    ("tid", "<u4"), ("tgid", "<u4"), ("cpu", "<u2"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u4"),
+])
+RING_STRUCTS[RING_IOCTL] = ("tl_ioctl_event", IOCTL_EVENT)
+RING_STRUCTS[RING_BLOCK] = ("tl_block_event", BLOCK_EVENT)
+RING_STRUCTS[RING_COUNTERS] = ("tl_counters_event", COUNTERS_EVENT)
+RING_NAMES.update({RING_IOCTL: "ioctl", RING_BLOCK: "block", RING_COUNTERS: "counters"})
+# ---- end kernel context ----
 
 # Each ring buffer record is preceded by an 8-byte header (u32 len|flags,
 # u32 page offset) and padded to 8 bytes.

@@ -24,8 +24,10 @@ from .rawlog import RawLogWriter
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
 from .target import RunAs, exit_status, invoking_user, launch, resolve_command, snapshot_tree
+from .cuda import kernel_supported as _cuda_kernel_ok
 
-DEFAULT_EVENTS = ("sched",)
+# cuda: on where the kernel can run its probes (Linux >= 5.15)
+DEFAULT_EVENTS = ("sched", "ioctl", "block", "counters") + (("cuda",) if _cuda_kernel_ok() else ())
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
 
@@ -40,6 +42,10 @@ class RecordConfig:
     buffer_mb: int = 16
     poll_interval: float = 0.05
     owner: tuple[int, int] | None = None  # chown output files to (uid, gid)
+    ioctl_mode: str = "gpu"  # ioctl family: "gpu" records NVIDIA device calls, counts the rest; "all"
+    sample_interval: float = 0.2  # counters family: seconds between /proc and NVML samples (0: off)
+    cuda_libs: tuple[str, ...] = ()       # --cuda-lib: extra libraries to probe (timeline.cuda)
+    cuda_mode: str = "full"               # --cuda-mode: full | entry-only (launches)
 
 
 @dataclass

@@ -19,6 +19,9 @@ from .rawlog import RawLogWriter
 
 # family name -> "module:Class"
 PLUGINS: dict[str, str] = {
+    "cuda": "timeline.cuda.plugin:CudaPlugin",
+    "ioctl": "timeline.kctx.plugins:IoctlPlugin",
+    "counters": "timeline.kctx.plugins:CountersPlugin",
 }
 
 

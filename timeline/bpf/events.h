@@ -66,4 +66,127 @@ struct tl_proc_event {
 	__u32 pad;
 };                     /* 328 bytes */
 
+/* ---- ring TL_RING_CUDA: CUDA runtime, driver and NCCL calls (cuda.bpf.c) --- */
+#define TL_RING_CUDA 3
+
+#define TL_CUDA_CALL  1  /* entry + return, one record at return */
+#define TL_CUDA_ENTRY 2  /* entry only: launches in entry-only mode, or stash full */
+#define TL_CUDA_NAME  3  /* a C string argument (kernel name) carried in args */
+
+#define TL_CF_HAS_RET 1  /* ret and dur are valid */
+#define TL_CF_OUT     2  /* out = *(u64 *)args[out arg], read at return */
+#define TL_CF_TRUNC   4  /* NAME: the string filled args and may be cut */
+
+/* Attach cookie: bits 0-11 probe id (index in timeline/cuda/probes.py),
+ * 12-15 out argument + 1, 16-19 string argument + 1, then flags. */
+#define TL_CK_ID_MASK   4095
+#define TL_CK_OUT_SHIFT 12
+#define TL_CK_STR_SHIFT 16
+#define TL_CK_RUNTIME   1048576  /* 1 << 20: runtime API (driver calls inside are nested) */
+#define TL_CK_DRIVER    2097152  /* 1 << 21: driver API (dropped when nested in a runtime call) */
+#define TL_CK_STACK     4194304  /* 1 << 22: copy [sp+8], [sp+16], [sp+24] into args[6..8] */
+#define TL_CK_CONFIG    8388608  /* 1 << 23: copy 40 bytes at args[0] (launch config) into args[4..8] */
+#define TL_CK_LAUNCH    16777216 /* 1 << 24: a kernel launch */
+
+struct tl_cuda_event {
+	__u64 ts;          /* entry, bpf_ktime_get_boot_ns() */
+	__u64 dur;         /* return - entry (0 for entry-only records) */
+	__u64 args[9];     /* rdi rsi rdx rcx r8 r9 [sp+8] [sp+16] [sp+24] (see TL_CK_*) */
+	__u64 ret;         /* rax at return */
+	__u64 out;         /* TL_CF_OUT: value returned through a pointer argument */
+	__u64 cookie;      /* attach cookie: probe id and decode flags */
+	__u32 tid;
+	__u32 tgid;
+	__u16 cpu;
+	__u8 kind;         /* TL_CUDA_* */
+	__u8 flags;        /* TL_CF_* */
+	__u32 pad;
+};                     /* 128 bytes */
+/* ---- end of TL_RING_CUDA ------------------------------------------------ */
+
+/* ==== kernel context (issue 4): ioctl, block I/O, counters ============== */
+#define TL_RING_IOCTL    4
+#define TL_RING_BLOCK    5
+#define TL_RING_COUNTERS 6
+
+/* ---- ring TL_RING_IOCTL (ioctl.bpf.c) ---- */
+#define TL_IOCTL_CALL 1    /* sys_enter + sys_exit, one record at exit */
+
+#define TL_IOF_NVIDIA 1    /* the fd is a char device named nvidia* */
+#define TL_IOF_DETAIL 2    /* detail holds the RM control cmd or alloc class */
+#define TL_IOF_XFER   4    /* NV_ESC_IOCTL_XFER_CMD: esc is the wrapped escape */
+#define TL_IOF_NOFILE 8    /* the fd could not be resolved to a file */
+
+#define TL_IOCTL_NAME_LEN 32
+
+struct tl_ioctl_event {
+	__u64 ts;          /* sys_enter */
+	__u64 dur;         /* sys_exit - sys_enter */
+	__s64 ret;
+	__u64 ino;         /* inode number of the fd's file */
+	__u32 tid;
+	__u32 tgid;
+	__u32 fd;
+	__u32 request;
+	__u32 rdev;        /* kernel dev_t (major << 20 | minor) of a device file */
+	__u32 detail;      /* NVIDIA: RM control cmd (0x2A) or object class (0x28, 0x2B) */
+	__u16 mode;        /* i_mode: file type and permissions */
+	__u16 cpu;
+	__u8 kind;         /* TL_IOCTL_* */
+	__u8 flags;        /* TL_IOF_* */
+	__u16 esc;         /* NVIDIA 'F' ioctls: escape number (the inner one for XFER) */
+	char name[TL_IOCTL_NAME_LEN];   /* dentry name of the file */
+	char parent[TL_IOCTL_NAME_LEN]; /* its parent's dentry name */
+};                     /* 128 bytes */
+
+/* ---- ring TL_RING_BLOCK (block.bpf.c) ---- */
+#define TL_BLOCK_IO 1      /* one completion of a request a tracked thread submitted */
+
+#define TL_BF_SYNC     1
+#define TL_BF_META     2
+#define TL_BF_FUA      4
+#define TL_BF_RAHEAD   8
+#define TL_BF_PREFLUSH 16
+#define TL_BF_PARTIAL  32  /* the request has bytes left: more completions follow */
+
+struct tl_block_event {
+	__u64 ts;          /* inserted into the queue, or issued if never inserted */
+	__u64 issue_ts;    /* handed to the driver (0: not seen) */
+	__u64 done_ts;     /* completion (IRQ context) */
+	__u64 sector;
+	__u32 tid;         /* submitting thread */
+	__u32 tgid;
+	__u32 dev;         /* disk dev_t, kernel encoding (major << 20 | first_minor) */
+	__u32 bytes;       /* bytes this completion covers */
+	__u16 cpu;         /* cpu of the completion */
+	__u8 kind;         /* TL_BLOCK_* */
+	__u8 flags;        /* TL_BF_* */
+	__u8 op;           /* REQ_OP_*: 0 read, 1 write, 2 flush, 3 discard, ... */
+	__u8 status;       /* blk_status_t, 0 = ok */
+	__u16 pad;
+	char disk[16];     /* gendisk name, e.g. "vda" */
+};                     /* 72 bytes */
+
+/* ---- ring TL_RING_COUNTERS (counters.bpf.c) ---- */
+#define TL_COUNTERS_EXIT 1 /* a tracked thread's lifetime totals, at its exit */
+
+struct tl_counters_event {
+	__u64 ts;
+	__u64 utime_ns;
+	__u64 stime_ns;
+	__u64 min_flt;
+	__u64 maj_flt;
+	__u64 nvcsw;       /* voluntary context switches */
+	__u64 nivcsw;      /* involuntary (preempted) */
+	__u64 read_bytes;  /* storage bytes (task I/O accounting; 0 if not built in) */
+	__u64 write_bytes;
+	__u32 tid;
+	__u32 tgid;
+	__u16 cpu;
+	__u8 kind;         /* TL_COUNTERS_* */
+	__u8 flags;
+	__u32 pad;
+};                     /* 88 bytes */
+/* ==== end of kernel context ============================================== */
+
 #endif /* TIMELINE_EVENTS_H */

@@ -49,7 +49,7 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=float, help="Stop recording after this many seconds.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
-              help="Event families, comma separated (proc is always on). Known: sched, proc.")
+              help="Event families, comma separated (proc is always on). Known: sched, cuda, ioctl, block, counters.")
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
 @click.option("--keep-raw", is_flag=True, help="Keep the .tlraw log next to the trace after converting.")
 @click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
@@ -57,8 +57,17 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("--flush-interval", type=float, default=0.05, show_default=True,
               help="Seconds between ring buffer drains (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
+@click.option("--cuda-lib", "cuda_libs", multiple=True, metavar="PATH",
+              help="cuda family: also probe this CUDA runtime/driver/NCCL library (repeatable).")
+@click.option("--cuda-mode", type=click.Choice(["full", "entry-only"]), default="full", show_default=True,
+              help="cuda family: entry-only records kernel launches without their return (lowest overhead).")
+@click.option("--ioctl", "ioctl_mode", type=click.Choice(["gpu", "all"]), default="gpu", show_default=True,
+              help="ioctl family: gpu records calls on NVIDIA devices and counts the rest; all records every ioctl.")
+@click.option("--sample-interval", type=float, default=0.2, show_default=True, metavar="S",
+              help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) samples; 0 turns them off.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet, command):
+def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
+           command, cuda_libs=(), cuda_mode="full", ioctl_mode="gpu", sample_interval=0.2):
     """Record COMMAND (after --) or --pid N into a trace.
 
     \b
@@ -78,6 +87,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
                        duration=duration, as_root=as_root, buffer_mb=buffer_size,
                        poll_interval=flush_interval, owner=owner)
+    cfg.cuda_libs, cfg.cuda_mode = tuple(cuda_libs), cuda_mode
+    cfg.ioctl_mode, cfg.sample_interval = ioctl_mode, sample_interval
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
         res = Recorder(cfg, status=status).run()

@@ -17,6 +17,11 @@ import numpy as np
 from .track_events import TrackSink
 
 REGISTRY: list[str] = [
+    "timeline.cuda.converter:CudaConverter",
+    "timeline.kctx.convert_ioctl:IoctlConverter",
+    "timeline.kctx.convert_block:BlockConverter",
+    "timeline.kctx.convert_counters:CountersConverter",
+    "timeline.kctx.dataloader:DataLoaderConverter",
 ]
 
 

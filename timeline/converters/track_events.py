@@ -107,28 +107,33 @@ class PerfettoTrackSink(TrackSink):
             getattr(pkt.interned_data, field).add(iid=iid, name=s)
         return iid
 
-    def _descriptor(self, uuid: int, fill) -> None:
+    def _descriptor(self, uuid: int, fill, ts: int | None = None) -> None:
         if uuid in self._tracks:
             return
         self._tracks.add(uuid)
         pkt = pb.TracePacket()
+        if ts is not None:
+            # Without a timestamp trace_processor binds the descriptor to the
+            # thread/process alive at whatever time it sorts it to, and makes
+            # an unnamed duplicate when that one is not alive yet or any more.
+            pkt.timestamp = ts
         pkt.track_descriptor.uuid = uuid
         fill(pkt.track_descriptor)
         self._packet(pkt)
 
-    def _thread_track(self, tid: int, pid: int | None) -> int:
+    def _thread_track(self, tid: int, pid: int | None, ts: int | None = None) -> int:
         uuid = _THREAD_UUID | tid
         pid = pid if pid is not None else self._tgid(tid)
 
         def fill(d):
             d.thread.tid = tid
             d.thread.pid = pid if pid is not None else tid
-        self._descriptor(uuid, fill)
+        self._descriptor(uuid, fill, ts)
         return uuid
 
-    def _process_track(self, pid: int) -> int:
+    def _process_track(self, pid: int, ts: int | None = None) -> int:
         uuid = _PROCESS_UUID | pid
-        self._descriptor(uuid, lambda d: setattr(d.process, "pid", pid))
+        self._descriptor(uuid, lambda d: setattr(d.process, "pid", pid), ts)
         return uuid
 
     def _event(self, pkt, ts: int, typ, uuid: int, name: str | None, cat: str | None, args: dict | None):
@@ -159,7 +164,7 @@ class PerfettoTrackSink(TrackSink):
         return te
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
-        uuid = self._thread_track(tid, pid)
+        uuid = self._thread_track(tid, pid, ts)
         self._span(uuid, ts, dur, name, cat, args, flow_out, flow_in)
 
     def _span(self, uuid, ts, dur, name, cat, args, flow_out=None, flow_in=None):
@@ -176,7 +181,7 @@ class PerfettoTrackSink(TrackSink):
 
     def instant(self, ts, tid, pid, name, cat, args=None):
         p = pb.TracePacket()
-        self._event(p, ts, pb.TrackEvent.TYPE_INSTANT, self._thread_track(tid, pid), name, cat, args)
+        self._event(p, ts, pb.TrackEvent.TYPE_INSTANT, self._thread_track(tid, pid, ts), name, cat, args)
         self._packet(p)
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
@@ -198,8 +203,8 @@ class PerfettoTrackSink(TrackSink):
             d.name = name
             d.counter.SetInParent()
             if pid is not None:
-                d.parent_uuid = self._process_track(pid)
-        self._descriptor(uuid, fill)
+                d.parent_uuid = self._process_track(pid, ts)
+        self._descriptor(uuid, fill, ts)
         p = pb.TracePacket()
         te = self._event(p, ts, pb.TrackEvent.TYPE_COUNTER, uuid, None, None, None)
         if isinstance(value, int):

@@ -1,0 +1,155 @@
+"""The CUDA family without eBPF: probe table, decoding, symbols, discovery, converter.
+
+Synthetic records stand for what cuda.bpf.c writes; the ELF tests use the
+stand-in libraries of tests/standins (compiled here with cc).
+"""
+import numpy as np
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from timeline import events as ev
+from timeline.converters import convert
+from timeline.cuda import discovery as dsc
+from timeline.cuda.decode import decode_group
+from timeline.cuda.probes import BY_NAME, PROBES, table_meta
+from timeline.cuda.symbols import ElfSymbols, demangle
+from timeline.trace_processor import open_trace
+from rawlog_factory import BOOT0, LogBuilder
+from standins import build
+
+
+def test_cookies_carry_id_and_what_to_copy():
+    assert len({p.name for p in PROBES}) == len(PROBES)
+    for p in PROBES:
+        ck = p.cookie()
+        assert ck & ev.CK_ID_MASK == p.id and PROBES[p.id] is p
+        slots = [s for _, s, _ in p.fields if isinstance(s, int)]
+        # stack slots 6-8 are only there when the cookie asks for them
+        if any(s >= 6 for s in slots) and not p.config:
+            assert ck & ev.CK_STACK, p.name
+        assert bool(ck & ev.CK_RUNTIME) == (p.api == "runtime")
+        assert bool(ck & ev.CK_LAUNCH) == p.launch
+        if p.out is not None:
+            assert (ck >> ev.CK_OUT_SHIFT) & 15 == p.out + 1
+    assert BY_NAME["cuModuleGetFunction"].cookie() & ev.CK_DRIVER == 0  # never dropped as nested
+    assert BY_NAME["cuLaunchKernel"].cookie() & ev.CK_DRIVER
+
+
+def _recs(name, rows, kind=ev.CUDA_CALL, ret=0, out=0, flags=ev.CF_HAS_RET):
+    r = np.zeros(len(rows), ev.CUDA_EVENT)
+    for i, args in enumerate(rows):
+        r["args"][i, :len(args)] = args
+    r["cookie"], r["kind"], r["ret"], r["out"], r["flags"] = BY_NAME[name].cookie(), kind, ret, out, flags
+    return r
+
+
+def test_launch_geometry_all_three_layouts():
+    # cudaLaunchKernel: dim3 by value in two registers each; shmem, stream on the stack
+    (a,) = decode_group(BY_NAME["cudaLaunchKernel"],
+                        _recs("cudaLaunchKernel", [[0x10, 70000 | 2 << 32, 3, 128 | 1 << 32, 4, 0, 4096, 0xAB]]))
+    assert (a["grid"], a["block"], a["shmem"], a["stream"], a["ret"]) == ("70000,2,3", "128,1,4", 4096, "0xab", 0)
+    # cudaLaunchKernelExC: the 40-byte config copied into slots 4-8
+    cfg = [5 | 6 << 32, 7 | 8 << 32, 9 | 10 << 32, 2048, 0xCD]
+    (b,) = decode_group(BY_NAME["cudaLaunchKernelExC"], _recs("cudaLaunchKernelExC", [[0, 0, 0, 0, *cfg]]))
+    assert (b["grid"], b["block"], b["shmem"], b["stream"]) == ("5,6,7", "8,9,10", 2048, "0xcd")
+    # cuLaunchKernel: nine scalars, blockDimZ/shmem/stream on the stack; entry-only: no ret
+    (c,) = decode_group(BY_NAME["cuLaunchKernel"], _recs("cuLaunchKernel", [[0xF, 1, 2, 3, 4, 5, 6, 1 << 32 | 99, 0x5]],
+                                                           kind=ev.CUDA_ENTRY, flags=0))
+    assert (c["grid"], c["block"], c["shmem"], c["stream"]) == ("1,2,3", "4,5,6", 99, "0x5") and "ret" not in c
+
+
+def test_results_only_from_successful_calls():
+    ok, bad = (decode_group(BY_NAME["cudaMalloc"], _recs("cudaMalloc", [[0x7FF0, 1 << 20]], ret=r, out=0xDEAD,
+                                                         flags=ev.CF_HAS_RET | ev.CF_OUT))[0] for r in (0, 2))
+    assert ok == {"size": 1 << 20, "ptr": "0xdead", "ret": 0}
+    assert bad == {"size": 1 << 20, "ret": 2, "error": "cudaErrorMemoryAllocation"}
+    (n,) = decode_group(BY_NAME["ncclAllReduce"], _recs("ncclAllReduce", [[1, 2, 10, 9, 4, 0xC, 0x5]]))
+    assert (n["datatype"], n["op"], n["bytes"], n["stream"]) == ("bfloat16", "avg", 20, "0x5")
+    (m,) = decode_group(BY_NAME["cuMemcpyDtoHAsync_v2"], _recs("cuMemcpyDtoHAsync_v2", [[1, 2, 300, 7]]))
+    assert (m["kind"], m["bytes"]) == ("D2H", 300)
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    return build(str(tmp_path_factory.mktemp("standins")))
+
+
+def test_exports_and_symbols(standins):
+    nccl = ElfSymbols(standins["libnccl.so.2"])
+    offs = nccl.exports(["ncclAllReduce", "pncclAllReduce", "ncclBroadcast"])
+    assert offs["ncclAllReduce"] == offs["pncclAllReduce"] and "ncclBroadcast" not in offs  # weak alias
+    k = ElfSymbols(standins["libkernels.so"])
+    start = k.exports(["_Z9addKernelPfPKfS1_i"])["_Z9addKernelPfPKfS1_i"]
+    assert k.lookup(k.offset_to_vaddr(start)) == ("_Z9addKernelPfPKfS1_i", 0)
+    assert k.lookup(k.offset_to_vaddr(start) + 4) == ("_Z9addKernelPfPKfS1_i", 4)
+    with open(standins["libkernels.so"], "rb") as f:  # the local (static) stub: .symtab only
+        (scale,) = ELFFile(f).get_section_by_name(".symtab").get_symbol_by_name("_Z11scaleKernelIfEvPT_S0_i")
+    assert k.lookup(scale["st_value"]) == ("_Z11scaleKernelIfEvPT_S0_i", 0)
+    assert ElfSymbols(standins["libkernels_stripped.so"]).lookup(scale["st_value"]) is None
+    assert demangle("_Z9addKernelPfPKfS1_i") == "addKernel(float*, float const*, float const*, int)"
+    assert demangle("cudaMalloc") == "cudaMalloc" and demangle("_Znot_valid") == "_Znot_valid"
+
+
+def test_library_names_and_site_packages(tmp_path):
+    for name, api in (("libcudart.so.12", "runtime"), ("libcudart-9335f6a2.so.12", "runtime"),
+                      ("libcuda.so.1", "driver"), ("libcuda.so.575.57.08", "driver"), ("libnccl.so.2", "nccl"),
+                      ("libcudart.so", "runtime"), ("libcudadevrt.a", None), ("libcudnn.so.9", None),
+                      ("libcuda_stub.so", None)):
+        assert dsc.lib_api("/x/" + name) == api, name
+    venv = tmp_path / "venv"
+    lib = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudart.so.12").write_bytes(b"")
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to("/usr/bin/env")
+    (venv / "pyvenv.cfg").write_text("home = /nonexistent/bin\n")
+    script = tmp_path / "torchrun"
+    script.write_text(f"#!{venv}/bin/python\nprint()\n")
+    script.chmod(0o755)
+    assert dsc.candidates([str(script)], None)[:1] == [str(lib / "libcudart.so.12")]
+    maps = ("7f00-7f10 r-xp 00002000 08:01 1234 /opt/x/libcudart.so.12\n"
+            "7f10-7f20 rw-p 00000000 00:00 0 \n7f20-7f30 r--p 00000000 08:01 99 /opt/y\n")
+    assert dsc.parse_maps(maps) == [(0x7F00, 0x7F10, 0x2000, 1234, "/opt/x/libcudart.so.12")]
+
+
+def test_counters_and_flows_from_a_synthetic_log(tmp_path, standins):
+    b = LogBuilder()
+    b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
+    b.header["rings"][str(ev.RING_CUDA)] = {"name": "cuda", "record_size": ev.CUDA_EVENT.itemsize,
+                                           "stride": ev.ring_stride(ev.CUDA_EVENT)}
+    pid = 1000
+
+    def call(name, ts, args, ret=0, out=0):
+        r = _recs(name, [args], ret=ret, out=out, flags=ev.CF_HAS_RET | (ev.CF_OUT if out else 0))
+        r["ts"], r["dur"], r["tid"], r["tgid"] = BOOT0 + ts, 1000, pid, pid
+        return r
+    recs = [call("cudaMalloc", 10_000, [0x7F00, 100], out=0xA),        # +100
+            call("cuMemAlloc_v2", 20_000, [0x7F08, 50], out=0xB),      # +50 (driver, same counter)
+            call("cudaMalloc", 30_000, [0x7F00, 999], ret=2),          # failed: nothing
+            call("cudaFree", 40_000, [0xA]),                           # -100
+            call("cudaFree", 50_000, [0xDEAD]),                        # never allocated here: ignored
+            call("cudaMemcpy", 60_000, [1, 2, 4096, 1]),
+            call("cudaMemcpy", 70_000, [1, 2, 1 << 30, 2], ret=35),    # failed copy: no bytes
+            call("cudaStreamBeginCapture", 80_000, [0x5, 0]),
+            call("cudaStreamEndCapture", 90_000, [0x5, 0x7F10], out=0x6A),
+            call("cudaGraphInstantiate", 100_000, [0x7F18, 0x6A, 0], out=0x6B),
+            call("cudaGraphLaunch", 110_000, [0x6B, 0x5]),
+            call("cudaGraphLaunch", 120_000, [0x6C, 0x5])]             # another exec: no flow
+    b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(np.concatenate(recs)))))
+    raw = b.write(str(tmp_path / "syn.tlraw"))
+    out = str(tmp_path / "syn.pftrace")
+    convert(raw, out)
+    with open_trace(out) as tp:
+        alloc = tp.query("""select value from counter join counter_track t on counter.track_id = t.id
+                            where t.name = 'cuda.allocated_bytes' order by ts""").rows
+        assert [v for (v,) in alloc] == [100, 150, 50]
+        (total,) = tp.query("""select sum(value) * 0.1 from counter join counter_track t on counter.track_id = t.id
+                               where t.name like 'cuda.memcpy_bytes_per_s.%'""").rows[0]
+        assert total == 4096
+        flows = tp.query("""select so.name, si.name from flow f join slice so on so.id = f.slice_out
+                            join slice si on si.id = f.slice_in order by so.ts""").rows
+        assert flows == [("cudaStreamBeginCapture", "cudaStreamEndCapture"),
+                         ("cudaStreamEndCapture", "cudaGraphInstantiate"), ("cudaGraphInstantiate", "cudaGraphLaunch")]
+        (n,) = tp.query("select count(*) from slice where category in ('cuda', 'cuda_driver')").rows[0]
+        assert n == len(recs)
+

@@ -1,0 +1,225 @@
+"""Recorder plugin of the `cuda` family: find CUDA/NCCL libraries, attach uprobes.
+
+Before launch: every candidate copy of libcudart/libcuda/libnccl (see
+discovery.py) gets probes, so a library the target dlopen()s later fires from
+its first call.  While recording (tick, on the consumer thread): the tracked
+processes' /proc/PID/maps are re-read with a backoff (0.5 s, doubling to 2 s
+while unchanged) to attach to copies that appear elsewhere, and to snapshot
+the executable mappings the converter needs to name launched kernels.
+
+Raw log META blocks written here:
+  {"type": "cuda_libs", "ts", "libs": [{path, api, functions, found_by, ...}]}
+  {"type": "maps", "pid", "ts", "entries": [[start, end, offset, path]], "env": {RANK...}}
+  {"type": "cuda_stats", "ts", "nested_dropped", "stash_full", "lost_returns", ...}
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+
+import numpy as np
+import psutil
+
+from .. import events as ev
+from ..errors import UserError
+from ..libbpf import BPFError
+from ..recorder import KIND_NAMES
+from ..recorder_plugins import RecorderContext, RecorderPlugin
+from . import attach
+from . import discovery as dsc
+from .probes import APIS, probes_for, table_meta
+from .symbols import ElfSymbols
+
+KIND_NAMES.update({(ev.RING_CUDA, ev.CUDA_CALL): "cuda_call", (ev.RING_CUDA, ev.CUDA_ENTRY): "cuda_entry",
+                   (ev.RING_CUDA, ev.CUDA_NAME): "cuda_name"})
+STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
+TREE_EVERY = 0.5     # s between listings of the process tree
+MAPS_MIN, MAPS_MAX = 0.5, 2.0  # re-read backoff per process
+
+
+class CudaPlugin(RecorderPlugin):
+    family = "cuda"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.mode = getattr(cfg, "cuda_mode", "full")
+        self.extra = [os.path.abspath(p) for p in getattr(cfg, "cuda_libs", ()) or ()]
+        self.apis = APIS
+        self.lock = threading.Lock()
+        self.libs: dict[tuple, dict] = {}      # (dev, ino) -> what was attached there
+        self.failed: dict[tuple, str] = {}
+        self.skipped: set[tuple] = set()
+        self.seen_records = 0                  # cuda ring records at the last tick
+        self.next_active = 0.0
+        self.procs: dict[int, list] = {}       # pid -> [maps hash, next read, interval, snapshot]
+        self.next_tree = 0.0
+        self.attach_s = 0.0
+
+    # -- plugin hooks -------------------------------------------------------
+    def preflight(self) -> None:
+        if self.mode not in ("full", "entry-only"):
+            raise UserError(f"--cuda-mode must be full or entry-only, not {self.mode!r}")
+        for p in self.extra:
+            if not os.path.isfile(p):
+                raise UserError(f"--cuda-lib {p}: no such file")
+
+    def header(self) -> dict:
+        return {"cuda": {"probes": table_meta(), "mode": self.mode}}
+
+    def before_launch(self, ctx: RecorderContext) -> None:
+        t0 = time.monotonic()
+        new = [self._attach(ctx, p, "--cuda-lib", api=None) for p in self.extra]
+        if self.cfg.command:
+            for p in dsc.candidates(self.cfg.command, os.environ.get("PATH")):
+                new.append(self._attach(ctx, p, "candidate", api=dsc.lib_api(p)))
+        self._write_libs(ctx, new)
+        self.attach_s += time.monotonic() - t0
+
+    def on_target(self, ctx: RecorderContext) -> None:
+        self._scan(ctx, force=True)
+
+    def tick(self, ctx: RecorderContext) -> None:
+        self._scan(ctx, force=False)
+
+    def stop(self, ctx: RecorderContext) -> None:
+        self._scan(ctx, force=True)  # last mappings of processes still alive
+        stats = self._stats(ctx)
+        ctx.write_meta({"type": "cuda_stats", "ts": ctx.now_ns(), **stats})
+        libs = sorted(self.libs.values(), key=lambda d: d["path"])
+        if libs:
+            ctx.summary.append(f"cuda: probes on {len(libs)} libraries ({self.mode}, {self.attach_s:.2f}s to attach):")
+            for d in libs:
+                ctx.summary.append(f"  {d['api']:7} {d['functions']:3} functions  {d['path']}")
+        else:
+            ctx.summary.append("cuda: no CUDA runtime, driver or NCCL library found (give one with --cuda-lib)")
+        for key, why in self.failed.items():
+            ctx.summary.append(f"cuda: warning: {why}")
+        if stats["nested_dropped"]:
+            ctx.summary.append(f"cuda: {stats['nested_dropped']:,} driver calls made inside traced runtime "
+                               "calls were folded into them")
+
+    # -- attaching ----------------------------------------------------------
+    def _attach(self, ctx, path: str, found_by: str, api: str | None, pid: int | None = None):
+        key = dsc.file_key(path)
+        with self.lock:
+            if key is None or key in self.libs or key in self.failed or key in self.skipped:
+                return None
+            apis = [api] if api else list(self.apis)
+            want = [p for a in apis if a in self.apis for p in probes_for(a)]
+            if not want:
+                return None
+            try:
+                offsets = ElfSymbols(path).exports(p.name for p in want)
+            except Exception as e:
+                self.failed[key] = f"cannot read {path}: {e}"
+                return None
+            plan, names, seen = [], [], set()
+            for p in want:
+                off = offsets.get(p.name)
+                if off is None or off in seen:  # aliases share an address: probe it once
+                    continue
+                seen.add(off)
+                plan.append((off, p.cookie(), self.mode == "entry-only" and p.launch))
+                names.append(p.name)
+            if not plan:  # e.g. a stub library: nothing to probe, and no need to look again
+                self.skipped.add(key)
+                return None
+            errors = attach.attach(ctx.session.objects["cuda"], path, plan)
+            done = names if not errors or len(errors) < len(plan) else []
+            if not done:
+                if errors:
+                    self.failed[key] = f"no probe attached to {path}: {errors[0]}"
+                return None
+            info = {"path": path, "api": api or "+".join(sorted({q.api for q in want if q.name in done})),
+                    "functions": len(done), "found_by": found_by, "dev": key[0], "inode": key[1],
+                    "names": done}
+            if pid is not None:
+                info["pid"] = pid
+            if errors:
+                info["errors"] = errors[:5]
+            self.libs[key] = info
+            return info
+
+    def _write_libs(self, ctx, infos) -> None:
+        infos = [i for i in infos if i]
+        if infos:
+            ctx.write_meta({"type": "cuda_libs", "ts": ctx.now_ns(), "mode": self.mode, "libs": infos})
+
+    # -- watching the tree --------------------------------------------------
+    def _tree(self, ctx) -> list[int]:
+        pids = set()
+        for root in ctx.target_pids:
+            try:
+                p = psutil.Process(root)
+                pids.add(root)
+                pids.update(c.pid for c in p.children(recursive=True))
+            except psutil.Error:
+                continue
+        return sorted(pids)
+
+    def _scan(self, ctx, force: bool) -> None:
+        now = time.monotonic()
+        if force or now >= self.next_tree:
+            self.next_tree = now + TREE_EVERY
+            for pid in self._tree(ctx):
+                self.procs.setdefault(pid, [None, 0.0, MAPS_MIN, None])
+        # CUDA calls just happened: snapshot maps now, before a short-lived
+        # process can exit with them (kernel names need its mappings).
+        records = ctx.session.readers[ev.RING_CUDA].records
+        active = records != self.seen_records and now >= self.next_active
+        self.seen_records = records
+        if active:
+            self.next_active = now + 0.1
+        t0 = time.monotonic()
+        new = []
+        for pid, st in list(self.procs.items()):
+            if not (force or active) and now < st[1]:
+                continue
+            text = dsc.read_maps(pid)
+            if text is None:  # gone
+                del self.procs[pid]
+                continue
+            h = hash(text)
+            if h == st[0]:
+                st[2] = min(st[2] * 2, MAPS_MAX)
+                st[1] = now + st[2]
+                continue
+            st[0], st[2], st[1] = h, MAPS_MIN, now + MAPS_MIN
+            new += self._scan_maps(ctx, pid, text, st)
+        self._write_libs(ctx, new)
+        if new:
+            self.attach_s += time.monotonic() - t0
+
+    def _scan_maps(self, ctx, pid: int, text: str, st: list) -> list:
+        entries = dsc.parse_maps(text)
+        new, cuda = [], False
+        for start, end, off, inode, path in entries:
+            api = dsc.lib_api(path)
+            if api is None:
+                continue
+            cuda = True
+            if api in self.apis:
+                new.append(self._attach(ctx, dsc.process_path(pid, path, inode), f"maps of pid {pid}", api, pid))
+        cuda = cuda or any(i.get("inode") in {e[3] for e in entries} for i in self.libs.values())
+        snap = [[s, e, o, p] for s, e, o, _, p in entries]
+        if cuda and snap != st[3]:
+            st[3] = snap
+            ctx.write_meta({"type": "maps", "pid": pid, "ts": ctx.now_ns(), "entries": snap,
+                            "env": dsc.rank_env(pid)})
+        return new
+
+    def _stats(self, ctx) -> dict:
+        out = dict.fromkeys(STATS, 0)
+        try:
+            m = ctx.session.objects["cuda"].map("cuda_stats")
+            for i, name in enumerate(STATS):
+                raw = m.lookup(struct.pack("<I", i), 8 * ctx.session.ncpu)
+                out[name] = int(np.frombuffer(raw, "<u8").sum()) if raw else 0
+        except (BPFError, KeyError):
+            pass
+        return out
+
+
+__all__ = ["CudaPlugin"]

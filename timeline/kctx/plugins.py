@@ -1,0 +1,145 @@
+"""Recorder plugins of the kernel-context families: ioctl and counters.
+
+ioctl: sets the BPF filter (--ioctl gpu|all), writes the /dev snapshot that
+names device fds, and reads the per-(process, request) counts of ioctls
+that were not recorded.  counters: a sampler thread reading /proc and NVML.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+
+from .. import events
+from .. import recorder as _recorder
+from ..errors import UserError
+from ..recorder_plugins import RecorderPlugin
+from .devices import map_items, scan_dev
+from .ioctl_names import generic_name
+from .samplers import Nvml, proc_sample
+
+# Names for the recorder's per-kind summary line ("ioctl 12" instead of "4:1 12").
+_recorder.KIND_NAMES.setdefault((events.RING_IOCTL, events.IOCTL_CALL), "ioctl")
+_recorder.KIND_NAMES.setdefault((events.RING_BLOCK, events.BLOCK_IO), "block_io")
+_recorder.KIND_NAMES.setdefault((events.RING_COUNTERS, events.COUNTERS_EXIT), "thread_totals")
+
+IOCTL_MODES = ("gpu", "all")
+COUNTS_EVERY_S = 1.0
+
+
+def tracked_tgids(session) -> set[int]:
+    return {struct.unpack_from("<I", v)[0] for _, v in map_items(session.tracked, 4, 8)}
+
+
+class IoctlPlugin(RecorderPlugin):
+    family = "ioctl"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.mode = getattr(cfg, "ioctl_mode", "gpu")
+        self._devices: dict[str, str] = {}
+        self._last_counts: dict = {}
+        self._counts_at = 0
+
+    def preflight(self) -> None:
+        if self.mode not in IOCTL_MODES:
+            raise UserError(f"--ioctl must be one of {', '.join(IOCTL_MODES)}, not {self.mode!r}")
+
+    def header(self) -> dict:
+        return {"ioctl_mode": self.mode}
+
+    def before_launch(self, ctx) -> None:
+        obj = ctx.session.objects["ioctl"]
+        obj.map("ioctl_config").update(struct.pack("<I", 0), struct.pack("<I", int(self.mode == "all")))
+        self._write_devices(ctx)
+
+    def _write_devices(self, ctx) -> None:
+        devs = scan_dev()
+        new = {k: v for k, v in devs.items() if self._devices.get(k) != v}
+        if new:
+            self._devices.update(new)
+            ctx.write_meta({"type": "kctx_devices", "ts": ctx.now_ns(), "devices": new})
+
+    def _write_counts(self, ctx) -> None:
+        m = ctx.session.objects["ioctl"].map("ioctl_counts")
+        counts = {struct.unpack("<II", k): struct.unpack("<Q", v)[0] for k, v in map_items(m, 8, 8)}
+        if counts != self._last_counts:
+            self._last_counts = counts
+            ctx.write_meta({"type": "ioctl_counts", "ts": ctx.now_ns(),
+                            "counts": [[tg, req, n] for (tg, req), n in sorted(counts.items())]})
+
+    def tick(self, ctx) -> None:
+        now = ctx.now_ns()
+        if now - self._counts_at >= COUNTS_EVERY_S * 1e9:
+            self._counts_at = now
+            self._write_counts(ctx)
+
+    def stop(self, ctx) -> None:
+        self._write_devices(ctx)  # nodes created during the run (nvidia-uvm is, on first CUDA use)
+        self._write_counts(ctx)
+        if self.mode == "gpu" and self._last_counts:
+            by_req: dict[int, int] = {}
+            for (_, req), n in self._last_counts.items():
+                by_req[req] = by_req.get(req, 0) + n
+            top = sorted(by_req.items(), key=lambda x: -x[1])[:3]
+            ctx.summary.append(
+                f"ioctl: {sum(by_req.values()):,} ioctls on non-NVIDIA files counted, not recorded ("
+                + ", ".join(f"{generic_name(r)} {n:,}" for r, n in top) + "); --ioctl all records them")
+
+
+class CountersPlugin(RecorderPlugin):
+    family = "counters"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.interval = float(getattr(cfg, "sample_interval", 0.2) or 0)
+        self.nvml: Nvml | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def preflight(self) -> None:
+        if self.interval < 0:
+            raise UserError("--sample-interval must be >= 0 (0 turns the samplers off)")
+
+    def header(self) -> dict:
+        return {"sample_interval": self.interval}
+
+    def on_target(self, ctx) -> None:
+        if not self.interval:
+            return
+        self.nvml = Nvml()
+        if not self.nvml.available:
+            ctx.summary.append(f"counters: no GPU counters: NVML unavailable ({self.nvml.reason})")
+        ctx.write_meta({"type": "kctx_samplers", "ts": ctx.now_ns(), "interval": self.interval,
+                        "nvml": self.nvml.available, "reason": self.nvml.reason,
+                        "gpus": len(self.nvml.handles) if self.nvml.available else 0})
+        self._thread = threading.Thread(target=self._run, args=(ctx,), name="timeline-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self, ctx) -> None:
+        try:
+            while True:
+                self.sample(ctx)
+                if self._stop.wait(self.interval):
+                    return
+        except BaseException as e:  # reported at stop; recording goes on
+            self.error = e
+
+    def sample(self, ctx) -> None:
+        pids = tracked_tgids(ctx.session) | set(ctx.target_pids)
+        rec = {"type": "kctx_samples", "ts": ctx.now_ns(),
+               "proc": [s for s in map(proc_sample, sorted(pids)) if s]}
+        if self.nvml is not None and self.nvml.available:
+            rec["gpu"], rec["gpu_proc"] = self.nvml.sample(pids)
+        ctx.write_meta(rec)
+
+    def stop(self, ctx) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self.sample(ctx)  # a last point, so rates cover the end of the run
+        if self.nvml is not None:
+            self.nvml.close()
+        if self.error:
+            ctx.summary.append(f"warning: counters: sampling stopped early: {self.error}")
