@@ -19,7 +19,7 @@ from timeline import events as ev  # noqa: E402
 from timeline.converters import ConvertResult, convert, format_for  # noqa: E402
 from timeline.converters.chrome_json import state_str  # noqa: E402
 from timeline.converters.model import OTHER_TID_BASE  # noqa: E402
-from timeline.converters.perfetto_writer import packed_varints  # noqa: E402
+from timeline.converters.protowire import packed_varints  # noqa: E402
 from timeline.rawlog import RawLogError, RawLogReader  # noqa: E402
 
 O0, O1 = OTHER_TID_BASE, OTHER_TID_BASE + 1

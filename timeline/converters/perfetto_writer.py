@@ -48,6 +48,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from .. import events as ev
 from .model import CpuSched, LogModel
+from .protowire import f_len, f_packed, f_varint, varint
 from .track_events import PerfettoTrackSink
 
 SEQ_ID = 1
@@ -58,52 +59,6 @@ CLONE_SIGHAND = 0x800
 CLONE_THREAD = 0x10000
 SIGCHLD = 17
 CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME = 1, 3, 6
-
-
-# ------------------------------------------------------------ wire encoding
-
-def varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)
-_COLS = np.arange(10)
-
-
-def packed_varints(values: np.ndarray) -> bytes:
-    """Varint-encode a whole integer array at once (negatives as 10-byte
-    two's complement, as protobuf does for int32/int64)."""
-    u = values.astype(np.int64, copy=False).view(np.uint64)
-    if u.size == 0:
-        return b""
-    nb = max(1, (int(u.max()).bit_length() + 6) // 7)
-    if nb == 1:
-        return u.astype(np.uint8).tobytes()
-    groups = ((u[:, None] >> _SHIFTS[:nb]) & np.uint64(0x7F)).astype(np.uint8)
-    lens = np.ones(u.size, np.int64)
-    for k in range(1, nb):
-        lens += u >= np.uint64(1 << (7 * k))
-    cols = _COLS[:nb]
-    groups |= (cols < (lens - 1)[:, None]).astype(np.uint8) << 7
-    return groups[cols < lens[:, None]].tobytes()
-
-
-def f_len(num: int, payload: bytes) -> bytes:
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-
-def f_varint(num: int, value: int) -> bytes:
-    return varint(num << 3) + varint(value)
-
-
-def f_packed(num: int, values: np.ndarray) -> bytes:
-    return f_len(num, packed_varints(values)) if values.size else b""
 
 
 # ------------------------------------------------------------------ writer
@@ -117,7 +72,7 @@ class PerfettoWriter:
         self.n_switch = 0
         self._early_leaders: dict[int, str] = {}  # tgid -> comm, freed at group death
         # Families (CUDA, I/O, counters...) write TrackEvents through this.
-        self.sink = PerfettoTrackSink(lambda pkt: self._raw_packet(pkt.SerializeToString()),
+        self.sink = PerfettoTrackSink(self._raw_packet,
                                       model.thread_tgid)
 
     # -- framing

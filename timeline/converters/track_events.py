@@ -25,21 +25,14 @@ streams and written into `traceEvents` at the end.
 """
 from __future__ import annotations
 
-import hashlib
 import tempfile
 
 import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from .protowire import f_double, f_fixed64, f_len, f_varint
+
 SEQ_ID_TRACKS = 3
-_THREAD_UUID = 0x7A00_0000_0000_0000
-_PROCESS_UUID = 0x7B00_0000_0000_0000
-_NAMED_UUID = 0x7C00_0000_0000_0000
-
-
-def _uuid(base: int, *key) -> int:
-    """A stable 48-bit id for `key` (str hash() is salted per process)."""
-    return base | int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=6).digest(), "little")
 
 
 class TrackSink:
@@ -78,140 +71,190 @@ class _Lanes:
         return len(ends) - 1
 
 
+# TracePacket / TrackEvent / DebugAnnotation / InternedData field numbers
+# (perfetto_trace.proto), for the hand-encoded hot path.
+_PKT_TS, _PKT_EVENT, _PKT_SEQ, _PKT_INTERNED, _PKT_FLAGS = 8, 11, 10, 12, 13
+_TE_TYPE, _TE_TRACK, _TE_NAME, _TE_CATS, _TE_ARGS = 9, 11, 10, 3, 4
+_TE_COUNTER, _TE_DCOUNTER, _TE_FLOW, _TE_FLOW_END = 30, 44, 47, 48
+_DA_NAME, _DA_BOOL, _DA_UINT, _DA_INT, _DA_DOUBLE, _DA_STR, _DA_STR_IID = 1, 2, 3, 4, 5, 6, 17
+_ID_NAMES, _ID_CATS, _ID_ARGNAMES, _ID_STRVALS = 2, 1, 3, 29
+_BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
+_SEQ_CLEARED, _SEQ_NEEDS = 1, 2
+# Strings of an arg key are interned (sent once, then referred to by id)
+# until the key has this many distinct values: kernel names, copy kinds and
+# dims repeat, pointers do not.
+_MAX_INTERNED_PER_KEY = 4096
+_ARG_CACHE_MAX = 1 << 17
+
+
 class PerfettoTrackSink(TrackSink):
-    """TrackEvents on their own packet sequence, names interned per sequence."""
+    """TrackEvents on their own packet sequence, hand-encoded.
 
-    def __init__(self, write_packet, thread_tgid=None):
-        self._write = write_packet  # callable(TracePacket) -> None; sets nothing itself
+    Event names, categories, arg names and repeated string arg values are
+    interned per sequence; track uuids are small sequential numbers (short
+    varints).  Track descriptors, written once per track, are protobuf
+    messages.
+    """
+
+    def __init__(self, write_raw, thread_tgid=None):
+        self._write = write_raw  # callable(serialized TracePacket bytes)
         self._tgid = thread_tgid or (lambda tid: None)
-        self._tracks: set[int] = set()
-        self._names: dict[str, int] = {}
-        self._cats: dict[str, int] = {}
-        self._ann: dict[str, int] = {}
+        self._uuids: dict[tuple, int] = {}
+        self._tables = {f: {} for f in (_ID_NAMES, _ID_CATS, _ID_ARGNAMES, _ID_STRVALS)}
+        self._strvals_per_key: dict[str, int] = {}
+        self._end_body: dict[int, bytes] = {}
+        self._arg_cache: dict[tuple, bytes] = {}
         self._lanes = _Lanes()
+        self._seq_tail = f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_NEEDS)
         self._first = True
+        self._pending = bytearray()  # interned_data entries for the next packet
 
-    def _packet(self, pkt: pb.TracePacket) -> None:
-        pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
+    # -- packets
+    def _emit(self, ts: int | None, body: bytes) -> None:
+        """One TracePacket: timestamp, track_event body, pending interned data."""
+        out = bytearray()
+        if ts is not None:
+            out += f_varint(_PKT_TS, ts)
+        if body:
+            out += f_len(_PKT_EVENT, body)
+        if self._pending:
+            out += f_len(_PKT_INTERNED, bytes(self._pending))
+            self._pending.clear()
         if self._first:
-            pkt.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+            out += f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_CLEARED)
             self._first = False
         else:
-            pkt.sequence_flags = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-        self._write(pkt)
+            out += self._seq_tail
+        self._write(bytes(out))
 
-    def _intern(self, pkt, table: dict, field: str, s: str) -> int:
+    def _pb_packet(self, pkt: pb.TracePacket) -> None:
+        pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
+        pkt.sequence_flags = _SEQ_CLEARED if self._first else _SEQ_NEEDS
+        self._first = False
+        self._write(pkt.SerializeToString())
+
+    def _intern(self, field: int, s: str) -> int:
+        table = self._tables[field]
         iid = table.get(s)
         if iid is None:
             iid = table[s] = len(table) + 1
-            getattr(pkt.interned_data, field).add(iid=iid, name=s)
+            self._pending += f_len(field, f_varint(1, iid) + f_len(2, s.encode()))
         return iid
 
-    def _descriptor(self, uuid: int, fill, ts: int | None = None) -> None:
-        if uuid in self._tracks:
-            return
-        self._tracks.add(uuid)
-        pkt = pb.TracePacket()
-        if ts is not None:
-            # Without a timestamp trace_processor binds the descriptor to the
-            # thread/process alive at whatever time it sorts it to, and makes
-            # an unnamed duplicate when that one is not alive yet or any more.
-            pkt.timestamp = ts
-        pkt.track_descriptor.uuid = uuid
-        fill(pkt.track_descriptor)
-        self._packet(pkt)
+    # -- tracks
+    def _track(self, key: tuple, fill, ts: int | None) -> int:
+        uuid = self._uuids.get(key)
+        if uuid is None:
+            uuid = self._uuids[key] = len(self._uuids) + 1
+            pkt = pb.TracePacket()
+            if ts is not None:
+                # Without a timestamp trace_processor binds the descriptor to the
+                # thread/process alive at whatever time it sorts it to, and makes
+                # an unnamed duplicate when that one is not alive yet or any more.
+                pkt.timestamp = ts
+            pkt.track_descriptor.uuid = uuid
+            fill(pkt.track_descriptor)
+            self._pb_packet(pkt)
+        return uuid
 
     def _thread_track(self, tid: int, pid: int | None, ts: int | None = None) -> int:
-        uuid = _THREAD_UUID | tid
         pid = pid if pid is not None else self._tgid(tid)
 
         def fill(d):
             d.thread.tid = tid
             d.thread.pid = pid if pid is not None else tid
-        self._descriptor(uuid, fill, ts)
-        return uuid
+        return self._track(("thread", tid), fill, ts)
 
     def _process_track(self, pid: int, ts: int | None = None) -> int:
-        uuid = _PROCESS_UUID | pid
-        self._descriptor(uuid, lambda d: setattr(d.process, "pid", pid), ts)
-        return uuid
+        return self._track(("process", pid), lambda d: setattr(d.process, "pid", pid), ts)
 
-    def _event(self, pkt, ts: int, typ, uuid: int, name: str | None, cat: str | None, args: dict | None):
-        pkt.timestamp = ts
-        te = pkt.track_event
-        te.type = typ
-        te.track_uuid = uuid
-        if name is not None:
-            te.name_iid = self._intern(pkt, self._names, "event_names", name)
-        if cat is not None:
-            te.category_iids.append(self._intern(pkt, self._cats, "event_categories", cat))
-        if args:
-            for k, v in args.items():
+    # -- events
+    def _args(self, args: dict) -> bytes:
+        # Most (key, value) pairs repeat (grid, kind, ret, stream...): each is
+        # encoded once.  The cache is bounded; unique values (pointers) just
+        # stop being added once it is full.
+        cache = self._arg_cache
+        out = []
+        for k, v in args.items():
+            item = (k, v, v.__class__)  # True == 1 == 1.0: the type keeps them apart
+            enc = cache.get(item)
+            if enc is None:
                 if v is None:
                     continue
-                a = te.debug_annotations.add(name_iid=self._intern(pkt, self._ann, "debug_annotation_names", k))
-                if isinstance(v, bool):
-                    a.bool_value = v
-                elif isinstance(v, int):
-                    if v >= 1 << 63:
-                        a.uint_value = v
-                    else:
-                        a.int_value = v
-                elif isinstance(v, float):
-                    a.double_value = v
-                else:
-                    a.string_value = str(v)
-        return te
+                enc = self._arg(k, v)
+                if len(cache) < _ARG_CACHE_MAX:
+                    cache[item] = enc
+            out.append(enc)
+        return b"".join(out)
 
-    def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
-        uuid = self._thread_track(tid, pid, ts)
-        self._span(uuid, ts, dur, name, cat, args, flow_out, flow_in)
+    def _arg(self, k: str, v) -> bytes:
+        a = f_varint(_DA_NAME, self._intern(_ID_ARGNAMES, k))
+        if isinstance(v, bool):
+            a += f_varint(_DA_BOOL, int(v))
+        elif isinstance(v, int):
+            a += f_varint(_DA_UINT if v >= 1 << 63 else _DA_INT, v)
+        elif isinstance(v, float):
+            a += f_double(_DA_DOUBLE, v)
+        else:
+            s = str(v)
+            table = self._tables[_ID_STRVALS]
+            if s in table or self._strvals_per_key.get(k, 0) < _MAX_INTERNED_PER_KEY:
+                if s not in table:
+                    self._strvals_per_key[k] = self._strvals_per_key.get(k, 0) + 1
+                a += f_varint(_DA_STR_IID, self._intern(_ID_STRVALS, s))
+            else:
+                a += f_len(_DA_STR, s.encode())
+        return f_len(_TE_ARGS, a)
+
+    def _event_body(self, typ: int, uuid: int, name: str, cat: str, args: dict | None,
+                    flow_out: int | None = None, flow_in: int | None = None) -> bytes:
+        body = (f_varint(_TE_TYPE, typ) + f_varint(_TE_TRACK, uuid) + f_varint(_TE_NAME, self._intern(_ID_NAMES, name))
+                + f_varint(_TE_CATS, self._intern(_ID_CATS, cat)))
+        if args:
+            body += self._args(args)
+        if flow_out is not None:
+            body += f_fixed64(_TE_FLOW, flow_out)
+        if flow_in is not None:
+            body += f_fixed64(_TE_FLOW_END, flow_in)
+        return body
 
     def _span(self, uuid, ts, dur, name, cat, args, flow_out=None, flow_in=None):
-        b = pb.TracePacket()
-        te = self._event(b, ts, pb.TrackEvent.TYPE_SLICE_BEGIN, uuid, name, cat, args)
-        if flow_out is not None:
-            te.flow_ids.append(flow_out)
-        if flow_in is not None:
-            te.terminating_flow_ids.append(flow_in)
-        self._packet(b)
-        e = pb.TracePacket()
-        self._event(e, ts + max(dur, 0), pb.TrackEvent.TYPE_SLICE_END, uuid, None, None, None)
-        self._packet(e)
+        self._emit(ts, self._event_body(_BEGIN, uuid, name, cat, args, flow_out, flow_in))
+        end = self._end_body.get(uuid)
+        if end is None:
+            end = self._end_body[uuid] = f_varint(_TE_TYPE, _END) + f_varint(_TE_TRACK, uuid)
+        self._emit(ts + max(dur, 0), end)
+
+    def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
+        self._span(self._thread_track(tid, pid, ts), ts, dur, name, cat, args, flow_out, flow_in)
 
     def instant(self, ts, tid, pid, name, cat, args=None):
-        p = pb.TracePacket()
-        self._event(p, ts, pb.TrackEvent.TYPE_INSTANT, self._thread_track(tid, pid, ts), name, cat, args)
-        self._packet(p)
+        self._emit(ts, self._event_body(_INSTANT, self._thread_track(tid, pid, ts), name, cat, args))
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
-        parent = _uuid(_NAMED_UUID, "async", track)
-        self._descriptor(parent, lambda d: setattr(d, "name", track))
+        parent = self._track(("async", track), lambda d: setattr(d, "name", track), None)
         lane = self._lanes.lane(track, ts, ts + max(dur, 0))
-        uuid = parent if lane == 0 else _uuid(_NAMED_UUID, "lane", track, lane)
+        uuid = parent
         if lane:
             def fill(d):
                 d.name = track
                 d.parent_uuid = parent
-            self._descriptor(uuid, fill)
+            uuid = self._track(("lane", track, lane), fill, None)
         self._span(uuid, ts, dur, name, cat, args)
 
     def counter(self, name, ts, value, pid=None):
-        uuid = _uuid(_NAMED_UUID, "counter", name, pid)
-
         def fill(d):
             d.name = name
             d.counter.SetInParent()
             if pid is not None:
                 d.parent_uuid = self._process_track(pid, ts)
-        self._descriptor(uuid, fill, ts)
-        p = pb.TracePacket()
-        te = self._event(p, ts, pb.TrackEvent.TYPE_COUNTER, uuid, None, None, None)
+        uuid = self._track(("counter", name, pid), fill, ts)
+        body = f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid)
         if isinstance(value, int):
-            te.counter_value = value
+            body += f_varint(_TE_COUNTER, value)
         else:
-            te.double_counter_value = float(value)
-        self._packet(p)
+            body += f_double(_TE_DCOUNTER, float(value))
+        self._emit(ts, body)
 
 
 class ChromeTrackSink(TrackSink):
