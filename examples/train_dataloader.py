@@ -6,12 +6,21 @@ cache (posix_fadvise DONTNEED, this file's pages only; nothing global like
 drop_caches), so the workers' reads become real block requests and the main
 thread waits for batches.
 
+With a GPU, batches and the model go to it (`cuda`).  Without one, the main
+thread still makes, per step, the calls that copy a batch and launch a kernel
+through NVIDIA's real CUDA runtime (the nvidia-cuda-runtime-cu12 wheel): with
+no driver they fail at once with error 35, but they show where CUDA calls sit
+next to the workers' reads and the main thread's waits.
+
     python examples/train_dataloader.py [--steps 20] [--workers 2] [--data DIR] [--keep-cache]
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
 import os
+import site
 import tempfile
 import time
 
@@ -55,6 +64,28 @@ class NpyFiles(Dataset):
         return torch.from_numpy(np.load(self.paths[i])), i % 10
 
 
+class FakeGpuCalls:
+    """Per step: cudaMemcpy (H2D, the batch's bytes) + cudaLaunchKernel, no GPU needed."""
+
+    class Dim3(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+    def __init__(self):
+        libs = [p for d in site.getsitepackages()
+                for p in glob.glob(os.path.join(d, "nvidia", "cuda_runtime", "lib", "libcudart.so.*"))]
+        self.rt = ctypes.CDLL(libs[0]) if libs else None
+        if self.rt is not None:
+            self.rt.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            self.rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, self.Dim3, self.Dim3, ctypes.c_void_p,
+                                                 ctypes.c_size_t, ctypes.c_void_p]
+
+    def step(self, x: torch.Tensor) -> None:
+        if self.rt is None:
+            return
+        self.rt.cudaMemcpy(0x7F0000000000, x.data_ptr(), x.numel() * x.element_size(), 1)  # H2D
+        self.rt.cudaLaunchKernel(0x1000, self.Dim3(x.shape[0], 1, 1), self.Dim3(256, 1, 1), None, 0, None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -70,9 +101,17 @@ def main() -> None:
     loader = DataLoader(NpyFiles(paths), batch_size=args.batch, shuffle=True, num_workers=args.workers)
     net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
                         nn.Linear(8 * 16, 10))
+    gpu = torch.cuda.is_available()
+    fake = None if gpu else FakeGpuCalls()
+    if gpu:
+        net = net.cuda()
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     t0, step = time.perf_counter(), 0
     for x, y in loader:
+        if gpu:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        else:
+            fake.step(x)
         opt.zero_grad()
         nn.functional.cross_entropy(net(x), y).backward()
         opt.step()

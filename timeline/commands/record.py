@@ -55,7 +55,8 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
 @click.option("--buffer-size", type=int, default=16, show_default=True, help="sched ring buffer size in MiB.")
 @click.option("--flush-interval", type=float, default=0.05, show_default=True,
-              help="Seconds between ring buffer drains (longer saves CPU, risks drops).")
+              help="Seconds between ring buffer drains while events flow; up to 4x longer while "
+                   "little moves (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
 @click.option("--cuda-lib", "cuda_libs", multiple=True, metavar="PATH",
               help="cuda family: also probe this CUDA runtime/driver/NCCL library (repeatable).")
@@ -63,7 +64,7 @@ def _parse_events(value: str) -> tuple[str, ...]:
               help="cuda family: entry-only records kernel launches without their return (lowest overhead).")
 @click.option("--ioctl", "ioctl_mode", type=click.Choice(["gpu", "all"]), default="gpu", show_default=True,
               help="ioctl family: gpu records calls on NVIDIA devices and counts the rest; all records every ioctl.")
-@click.option("--sample-interval", type=float, default=0.2, show_default=True, metavar="S",
+@click.option("--sample-interval", type=float, default=0.5, show_default=True, metavar="S",
               help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) samples; 0 turns them off.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
