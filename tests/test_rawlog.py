@@ -88,3 +88,22 @@ def test_not_a_raw_log(tmp_path):
         RawLogReader(str(p))
     with pytest.raises(RawLogError, match="cannot open"):
         RawLogReader(str(tmp_path / "missing.tlraw"))
+
+
+def test_background_writer_keeps_order_with_a_tiny_queue(tmp_path):
+    # max_queued smaller than two blocks: writers must wait for the thread.
+    p = tmp_path / "bg.tlraw"
+    w = RawLogWriter(str(p), {"version": 1, "rings": {}}, background=True, max_queued=600)
+    for i in range(200):
+        w.write_ring(events.RING_SCHED, events.encode_ring_bytes(_records(1 + i % 7)))
+        if i % 50 == 0:
+            w.write_meta({"type": "note", "i": i})
+    w.finish({"drops": {}})
+    w.close()
+    with RawLogReader(str(p)) as r:
+        blocks = list(r.blocks())
+        assert r.finalized and r.damage is None
+    sizes = [len(events.decode_ring_bytes(b.payload, events.SCHED_EVENT)) for b in blocks if b.kind == b"RING"]
+    assert sizes == [1 + i % 7 for i in range(200)]
+    assert [b.json()["i"] for b in blocks if b.kind == b"META"] == [0, 50, 100, 150]
+    assert os.path.getsize(p) == w.bytes_written

@@ -18,8 +18,10 @@ one partial block at the tail; the reader stops there and reports it.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
+import threading
 import struct
 import zlib
 from typing import Iterator
@@ -52,30 +54,89 @@ class Block:
 
 
 class RawLogWriter:
-    """Appends blocks to a raw log.  Not thread-safe: one writer thread."""
+    """Appends blocks to a raw log.
 
-    def __init__(self, path: str, header: dict, *, mode: int = 0o600, owner: tuple[int, int] | None = None):
+    With ``background=True`` blocks are handed to a writer thread through a
+    queue bounded in bytes: whoever drains the ring buffers never waits for
+    the disk (under writeback throttling a write can block for a second,
+    longer than a busy ring takes to fill).  Blocks keep their order; a full
+    queue makes callers wait, so memory stays bounded.  ``finish`` and
+    ``close`` write out everything queued.  Errors from the writer thread are
+    raised by the next call.
+    """
+
+    def __init__(self, path: str, header: dict, *, mode: int = 0o600, owner: tuple[int, int] | None = None,
+                 background: bool = False, max_queued: int = 256 << 20):
         self.path = path
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
         self.fd = os.open(path, flags, mode)
         os.fchmod(self.fd, mode)
         if owner is not None:
             os.fchown(self.fd, owner[0], owner[1])
-        self.bytes_written = 0
-        os.write(self.fd, MAGIC)
+        self.bytes_written = 0  # accepted so far (queued or on disk)
+        self._queue: collections.deque | None = None
+        self._error: BaseException | None = None
+        self._write_all([MAGIC])
         self.bytes_written += len(MAGIC)
+        if background:
+            self._queue = collections.deque()
+            self._queued = 0
+            self._max = max_queued
+            self._cond = threading.Condition()
+            self._closing = False
+            self._thread = threading.Thread(target=self._writer, name="timeline-rawlog", daemon=True)
+            self._thread.start()
         self.write_meta({"type": "header", **header})
+
+    def _write_all(self, parts) -> None:
+        total = sum(memoryview(p).nbytes for p in parts)
+        done = os.writev(self.fd, parts)
+        if done != total:  # short write (disk full, signal): finish it
+            rest = b"".join(bytes(p) for p in parts)[done:]
+            while rest:
+                n = os.write(self.fd, rest)
+                rest = rest[n:]
+
+    def _writer(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                parts, size = self._queue.popleft()
+            try:
+                self._write_all(parts)
+            except BaseException as e:  # disk full, I/O error: surfaced to the caller
+                with self._cond:
+                    self._error = e
+                    self._queue.clear()
+                    self._queued = 0
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._queued -= size
+                self._cond.notify_all()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
 
     def write_block(self, kind: bytes, payload, ring: int = 0) -> None:
         mv = memoryview(payload).cast("B")
         hdr = BLOCK_HDR.pack(kind, ring, mv.nbytes, zlib.crc32(mv), 0)
         total = len(hdr) + mv.nbytes
-        done = os.writev(self.fd, [hdr, mv])
-        if done != total:  # short write (disk full, signal): finish it
-            rest = (hdr + bytes(mv))[done:]
-            while rest:
-                n = os.write(self.fd, rest)
-                rest = rest[n:]
+        if self._queue is None:
+            self._write_all([hdr, mv])
+        else:
+            with self._cond:
+                self._check()
+                while self._queued and self._queued + total > self._max and self._error is None:
+                    self._cond.wait()
+                self._check()
+                self._queue.append(([hdr, mv], total))
+                self._queued += total
+                self._cond.notify_all()
         self.bytes_written += total
 
     def write_meta(self, obj: dict) -> None:
@@ -84,14 +145,27 @@ class RawLogWriter:
     def write_ring(self, ring: int, data) -> None:
         self.write_block(KIND_RING, data, ring)
 
+    def _drain_queue(self) -> None:
+        if self._queue is None or not self._thread.is_alive():
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._check()
+
     def finish(self, stats: dict) -> None:
         self.write_block(KIND_END, orjson.dumps({"type": "end", **stats}))
+        self._drain_queue()
         os.fsync(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+            try:
+                self._drain_queue()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
 
 
 @dataclasses.dataclass

@@ -213,7 +213,7 @@ class Recorder:
         header["rings"] = {str(f.ring_id): {"name": f.name, "record_size": f.dtype.itemsize,
                                             "stride": events.ring_stride(f.dtype)} for f in fams}
         try:
-            writer = RawLogWriter(cfg.raw_path, header, owner=cfg.owner)
+            writer = RawLogWriter(cfg.raw_path, header, owner=cfg.owner, background=True)
         except OSError as e:
             raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
         try:
