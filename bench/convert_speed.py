@@ -18,8 +18,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 from timeline import events as ev
 from timeline.converters import convert
 from timeline.rawlog import KIND_END, KIND_META, KIND_RING, RawLogReader, RawLogWriter

@@ -4,7 +4,6 @@ No NVIDIA GPU here: NVIDIA decoding is checked against the published numbers,
 and end to end through stand-in device nodes named like NVIDIA's (mknod of
 /dev/null's numbers), whose ioctls fail with ENOTTY after BPF has read them.
 """
-import os
 import sys
 import textwrap
 

@@ -23,7 +23,7 @@ from .errors import UserError
 from .rawlog import RawLogWriter
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
-from .target import RunAs, exit_status, invoking_user, launch, resolve_command, snapshot_tree
+from .target import exit_status, invoking_user, launch, resolve_command, snapshot_tree
 from .cuda import kernel_supported as _cuda_kernel_ok
 
 # cuda: on where the kernel can run its probes (Linux >= 5.15)
@@ -116,8 +116,8 @@ class _Consumer(threading.Thread):
         self.ctx: RecorderContext | None = None
         self.kind_counts: dict[tuple[int, int], int] = {}
         self.error: BaseException | None = None
-        self._kind_off = {rid: events.RINGBUF_HDR + fam.dtype.fields["kind"][1]
-                          for rid, fam in ((f.ring_id, f) for f in session.families)}
+        # byte offset of each ring's `kind` field within a record (header included)
+        self._kind_off = {f.ring_id: events.RINGBUF_HDR + f.dtype.fields["kind"][1] for f in session.families}
 
     def drain_once(self) -> int:
         total = 0
@@ -174,7 +174,7 @@ KIND_NAMES = {
 class Recorder:
     def __init__(self, cfg: RecordConfig, status=None):
         self.cfg = cfg
-        self.status = status  # callable(dict) for the progress line, or None
+        self.status = status  # callable(dict) for the progress line; None when none is shown
         self._signals: list[int] = []
         self.start_time = 0.0
 
@@ -291,7 +291,7 @@ class Recorder:
                 self._forward(proc, sig, interrupts)
             if deadline and time.monotonic() >= deadline:
                 return "duration reached", 0
-            if self.status is not None and getattr(self.status, "enabled", True):
+            if self.status is not None:
                 self.status(self._progress(consumer, session))  # reads BPF maps: only when shown
             time.sleep(0.1)
 

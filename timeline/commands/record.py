@@ -23,7 +23,7 @@ class _StatusLine:
 
     def __call__(self, p: dict) -> None:
         now = time.monotonic()
-        if not self.enabled or now - self._last < 1.0:
+        if now - self._last < 1.0:  # only ever called when enabled
             return
         self._last = now
         drops = f", {p['drops']} dropped" if p["drops"] else ""
@@ -92,7 +92,7 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     cfg.ioctl_mode, cfg.sample_interval = ioctl_mode, sample_interval
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
-        res = Recorder(cfg, status=status).run()
+        res = Recorder(cfg, status=status if status.enabled else None).run()
     finally:
         status.clear()
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))

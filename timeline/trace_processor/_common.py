@@ -137,6 +137,15 @@ class BaseTraceProcessor:
             self._finalize()
         self.trace_path = path
 
+    def loaded(self, path: str | os.PathLike) -> "BaseTraceProcessor":
+        """load(path) and return self; on failure close the engine first."""
+        try:
+            self.load(path)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
     def query(self, sql: str) -> QueryResult:
         if self._closed:
             raise TraceProcessorError("trace processor is closed")

@@ -199,10 +199,4 @@ class NativeTraceProcessor(BaseTraceProcessor):
 
 def open_native(path, bin_path: str) -> NativeTraceProcessor:
     """Loads `path` into a new trace_processor_shell subprocess."""
-    tp = NativeTraceProcessor(bin_path)
-    try:
-        tp.load(path)
-    except BaseException:
-        tp.close()
-        raise
-    return tp
+    return NativeTraceProcessor(bin_path).loaded(path)

@@ -473,10 +473,4 @@ def open_wasm(path, memory64: Optional[bool] = None) -> WasmTraceProcessor:
             memory64 = os.path.getsize(path) >= MEMORY64_MIN_TRACE
         except OSError:
             memory64 = False  # load() reports the missing file
-    tp = WasmTraceProcessor(memory64=memory64)
-    try:
-        tp.load(path)
-    except BaseException:
-        tp.close()
-        raise
-    return tp
+    return WasmTraceProcessor(memory64=memory64).loaded(path)
