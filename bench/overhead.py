@@ -2,6 +2,7 @@
 
     sudo python bench/overhead.py [--reps 5] [--steps 150] [--model cnn|mlp|both]
                                   [--configs default,sched,torch-profiler,viztracer]
+                                  [--device cpu|cuda]
 
 The workload is examples/train_cpu.py: a model fed by DataLoader(num_workers=2)
 reading .npy files from disk; its own per-step times (batch wait included)
@@ -13,9 +14,10 @@ end-to-end time of the whole command (for timeline: recording plus writing
 the trace; for viztracer: saving its JSON).
 
 Configurations: `untraced` (always), `default` (timeline with its default
-event families), any single family name (`sched`, `proc`, ...: timeline with
-only that family), `torch-profiler` (torch.profiler, CPU activities, in the
-script: a code change), `viztracer` (python -m viztracer).
+event families), `entry-only` (default families, --cuda-mode entry-only),
+any single family name (`sched`, `proc`, ...: timeline with
+only that family), `torch-profiler` (torch.profiler, CPU activities, plus
+CUDA ones with --device cuda, in the script: a code change), `viztracer` (python -m viztracer).
 """
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ ENV = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_
            PYTHONUNBUFFERED="1")
 
 
-def command(config: str, model: str, steps: int, warmup: int, data: str, out_dir: str) -> list[str]:
-    script = [WORKLOAD, "--model", model, "--steps", str(steps), "--warmup", str(warmup), "--json", "--data", data]
+def command(config: str, model: str, steps: int, warmup: int, data: str, out_dir: str,
+            device: str = "cpu") -> list[str]:
+    script = [WORKLOAD, "--model", model, "--steps", str(steps), "--warmup", str(warmup), "--json", "--data", data,
+              "--device", device]
     py = sys.executable
     if config == "untraced":
         return [py, *script]
@@ -46,7 +50,9 @@ def command(config: str, model: str, steps: int, warmup: int, data: str, out_dir
     if config == "viztracer":
         return [py, "-m", "viztracer", "--quiet", "-o", os.path.join(out_dir, "viz.json"), *script]
     rec = [py, "-m", "timeline.cli", "record", "-q", "-o", os.path.join(out_dir, "t.pftrace")]
-    if config != "default":
+    if config == "entry-only":
+        rec += ["--cuda-mode", "entry-only"]
+    elif config != "default":
         rec += ["--events", config]
     return [*rec, "--", py, *script]
 
@@ -69,23 +75,24 @@ def available(config: str) -> bool:
     return True
 
 
-def bench_model(model: str, configs: list[str], reps: int, steps: int, warmup: int) -> list[dict]:
+def bench_model(model: str, configs: list[str], reps: int, steps: int, warmup: int,
+                device: str = "cpu") -> list[dict]:
     data = os.path.join(tempfile.gettempdir(), "timeline-bench-data")
     with tempfile.TemporaryDirectory(prefix="tl-overhead-") as out:
         order = ["untraced", *configs]
-        subprocess.run(command("untraced", model, 5, 0, data, out), env=ENV, capture_output=True)  # make data
+        subprocess.run(command("untraced", model, 5, 0, data, out, device), env=ENV, capture_output=True)  # make data
         samples: dict[str, list[tuple[float, float, float]]] = {c: [] for c in order}
         for rep in range(reps):
             k = rep % len(order)
             for cfg in order[k:] + order[:k]:  # rotate so no config always runs first
-                samples[cfg].append(run_once(command(cfg, model, steps, warmup, data, out)))
+                samples[cfg].append(run_once(command(cfg, model, steps, warmup, data, out, device)))
                 print(f"  {model} rep {rep + 1}/{reps} {cfg:15s} step {samples[cfg][-1][0] * 1e3:7.2f} ms",
                       file=sys.stderr, flush=True)
     base = statistics.median(s[0] for s in samples["untraced"])
     rows = []
     for cfg in order:
         step = statistics.median(s[0] for s in samples[cfg])
-        rows.append({"model": model, "config": cfg, "step_ms": step * 1e3,
+        rows.append({"model": model, "device": device, "config": cfg, "step_ms": step * 1e3,
                      "slowdown_pct": (step / base - 1) * 100,
                      "wall_s": statistics.median(s[1] for s in samples[cfg]),
                      "end_to_end_s": statistics.median(s[2] for s in samples[cfg]),
@@ -100,6 +107,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--model", choices=["cnn", "mlp", "both"], default="both")
     ap.add_argument("--configs", default="default,torch-profiler,viztracer")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to train on a GPU")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     configs = [c for c in args.configs.split(",") if c and available(c)]
@@ -107,7 +115,7 @@ def main() -> None:
         raise SystemExit("timeline configurations need root: run with sudo")
     rows = []
     for model in (["cnn", "mlp"] if args.model == "both" else [args.model]):
-        rows += bench_model(model, configs, args.reps, args.steps, args.warmup)
+        rows += bench_model(model, configs, args.reps, args.steps, args.warmup, args.device)
     print(f"\n{'model':5s} {'config':15s} {'step ms':>8s} {'slowdown':>9s} {'spread':>7s} {'wall s':>7s} {'end-to-end s':>13s}")
     for r in rows:
         print(f"{r['model']:5s} {r['config']:15s} {r['step_ms']:8.2f} {r['slowdown_pct']:+8.1f}% "

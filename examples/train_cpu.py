@@ -1,10 +1,13 @@
-"""A small CPU training run: a CNN fed by a DataLoader that reads files from disk.
+"""A small training run: a CNN fed by a DataLoader that reads files from disk.
 
 It is the bundled example for `timeline record`: the main thread trains, two
 DataLoader worker processes (`pt_data_worker`) load samples from .npy files,
 so the trace shows processes, threads, their scheduling and their waits.
+It trains on the CPU by default; `--device cuda` trains on a GPU (pinned
+batches copied with non_blocking=True, the loss read back every 20 steps),
+which is what docs/gpu-validation.md records.
 
-    python examples/train_cpu.py [--steps 60] [--workers 2] [--data DIR]
+    python examples/train_cpu.py [--steps 60] [--workers 2] [--data DIR] [--device cuda]
 """
 from __future__ import annotations
 
@@ -57,33 +60,54 @@ def main() -> None:
     ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "timeline-example-data"))
     ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     ap.add_argument("--warmup", type=int, default=0, help="steps left out of the timing")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--profiler", choices=["none", "torch"], default="none",
-                    help="wrap the loop in torch.profiler (CPU activities), for overhead comparisons")
+                    help="wrap the loop in torch.profiler (CPU activities, plus CUDA on a GPU), "
+                         "for overhead comparisons")
+    ap.add_argument("--profile-out", help="with --profiler torch: export its trace (Chrome JSON) here; "
+                    "the timed steps are inside a 'timeline_window' annotation")
     ap.add_argument("--json", action="store_true", help="print per-step times as one JSON line")
     args = ap.parse_args()
 
     os.makedirs(args.data, exist_ok=True)
     ds = NpyFiles(args.data, n=args.steps * args.batch // 2 or 1)
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here: run with --device cpu, or examples/train_dataloader.py")
+    gpu = dev.type == "cuda"
     loader = DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
+                        persistent_workers=args.workers > 0, pin_memory=gpu)
     net = model(args.model)
     net(torch.zeros(1, 3, 32, 32))  # materialise lazy layers before the optimizer sees them
+    net.to(dev)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    prof = None
+    prof = window = None
     if args.profiler == "torch":
-        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
+        prof = torch.profiler.profile(activities=acts)
         prof.__enter__()
     total = args.steps + args.warmup
     step, t0, times = 0, time.perf_counter(), []
     last = t0
     while step < total:
         for x, y in loader:  # step time includes waiting for the batch
+            if step == args.warmup:
+                if gpu:
+                    torch.cuda.synchronize()
+                # CLOCK_BOOTTIME is the trace clock of timeline, so the window is comparable
+                t_a = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+                if prof is not None:
+                    window = torch.profiler.record_function("timeline_window")
+                    window.__enter__()
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             opt.zero_grad()
             loss = loss_fn(net(x), y)
             loss.backward()
             opt.step()
             step += 1
+            if gpu and step % 20 == 0:
+                loss.item()  # what training loops do for logging: a D2H copy and a sync
             now = time.perf_counter()
             if step > args.warmup:
                 times.append(now - last)
@@ -92,8 +116,16 @@ def main() -> None:
                 print(f"step {step} loss {loss.item():.3f}", flush=True)
             if step >= total:
                 break
+    if gpu:
+        torch.cuda.synchronize()
+    t_b = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    if window is not None:
+        window.__exit__(None, None, None)
     if prof is not None:
         prof.__exit__(None, None, None)
+        if args.profile_out:
+            prof.export_chrome_trace(args.profile_out)
+    print(f"WINDOW boottime_ns {t_a} {t_b}", flush=True)
     dt = sum(times)
     if args.json:
         import json
