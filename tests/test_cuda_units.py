@@ -153,3 +153,66 @@ def test_counters_and_flows_from_a_synthetic_log(tmp_path, standins):
         (n,) = tp.query("select count(*) from slice where category in ('cuda', 'cuda_driver')").rows[0]
         assert n == len(recs)
 
+
+
+def test_kernel_names_from_registration_handles_and_mapped_strings(tmp_path):
+    """nvcc's stubs (CUDA 12.8+/13) launch a cudaKernel_t made by __cudaGetKernel
+    from the host symbol that __cudaRegisterFunction tied to a device name; cuDNN
+    names driver functions longer than a NAME record holds.  Both names are read
+    back whole from the mapped library file."""
+    b = LogBuilder()
+    b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
+    b.header["rings"][str(ev.RING_CUDA)] = {"name": "cuda", "record_size": ev.CUDA_EVENT.itemsize,
+                                           "stride": ev.ring_stride(ev.CUDA_EVENT)}
+    pid = 1000
+    reg_name = b"_Z29vectorized_elementwise_kernelILi4EN2at6native11FillFunctorIfEEEviT0_"
+    long_name = b"sm80_xmma_wgrad_implicit_gemm_indexed_wo_smem_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tile16x64x64"
+    lib = tmp_path / "libkernels.so"
+    blob = bytearray(0x3000)
+    blob[0x1010:0x1010 + len(reg_name)] = reg_name
+    blob[0x2020:0x2020 + len(long_name)] = long_name
+    lib.write_bytes(bytes(blob))
+    base = 0x7F0000000000  # the .rodata mapping: file offset 0x1000 at base
+    b.blocks.append(("meta", {"type": "maps", "pid": pid, "ts": BOOT0, "entries": [[base, base + 0x2000, 0x1000,
+                                                                                     str(lib)]]}))
+    host, handle, cufunc = 0x7E0000001230, 0x37E00000, 0x55AA00
+
+    def call(name, ts, args, out=0, kind=ev.CUDA_CALL, flags=None):
+        f = ev.CF_HAS_RET | (ev.CF_OUT if out else 0) if flags is None else flags
+        r = _recs(name, [args], kind=kind, out=out, flags=f)
+        r["ts"], r["dur"], r["tid"], r["tgid"] = BOOT0 + ts, 1000, pid, pid
+        return r
+    cut = np.zeros(1, ev.CUDA_EVENT)  # the NAME record cuda.bpf.c writes: the first 71 bytes + NUL
+    cut["args"].view(np.uint8).reshape(-1)[:71] = np.frombuffer(long_name[:71], np.uint8)
+    cut["cookie"], cut["kind"], cut["out"] = BY_NAME["cuModuleGetFunction"].cookie(), ev.CUDA_NAME, cufunc
+    cut["flags"] = ev.CF_HAS_RET | ev.CF_OUT | ev.CF_TRUNC
+    cut["ts"], cut["tid"], cut["tgid"] = BOOT0 + 4_000, pid, pid
+    named = np.zeros(1, ev.CUDA_EVENT)
+    named["args"].view(np.uint8).reshape(-1)[:12] = np.frombuffer(b"cutlass_gemm", np.uint8)
+    named["cookie"], named["kind"], named["out"] = BY_NAME["cuLibraryGetKernel"].cookie(), ev.CUDA_NAME, 0xCE
+    named["flags"] = ev.CF_HAS_RET | ev.CF_OUT
+    named["ts"], named["tid"], named["tgid"] = BOOT0 + 13_000, pid, pid
+    recs = [call("__cudaRegisterFunction", 1_000, [0, host, base + 0x10, base + 0x10]),
+            call("__cudaGetKernel", 2_000, [0x7FFC0000, host], out=handle),
+            call("cuModuleGetFunction", 4_000, [0x7FFC0008, 0x9000, base + 0x1020], out=cufunc), cut,
+            call("cudaLaunchKernel", 10_000, [handle, 1 | 1 << 32, 1, 128 | 1 << 32, 1, 0, 0, 0]),
+            call("cudaLaunchKernel", 11_000, [0x4444, 1 | 1 << 32, 1, 128 | 1 << 32, 1, 0, 0, 0]),
+            call("cuLaunchKernel", 12_000, [cufunc, 1, 1, 1, 32, 1, 1, 0, 0]),
+            # a CUkernel named by cuLibraryGetKernel, launched through cuKernelGetFunction's CUfunction
+            call("cuLibraryGetKernel", 13_000, [0x7FFC0010, 0x9100, base + 0x1020], out=0xCE), named,
+            call("cuKernelGetFunction", 14_000, [0x7FFC0018, 0xCE], out=0xF0),
+            call("cuLaunchKernel", 15_000, [0xF0, 1, 1, 1, 32, 1, 1, 0, 0])]
+    b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(np.concatenate(recs)))))
+    raw = b.write(str(tmp_path / "names.tlraw"))
+    out = str(tmp_path / "names.pftrace")
+    convert(raw, out)
+    with open_trace(out) as tp:
+        rows = tp.query("""select s.name, a.display_value from slice s join args a using (arg_set_id)
+                           where a.key = 'debug.kernel' order by s.ts""").rows
+        names = {n for (n,) in tp.query("select distinct name from slice").rows}
+    assert rows == [("cudaLaunchKernel", demangle(reg_name.decode())), ("cudaLaunchKernel", "0x4444"),
+                    ("cuLaunchKernel", long_name.decode()), ("cuLaunchKernel", "cutlass_gemm")]
+    assert rows[0][1] == "void vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int, " \
+                         "at::native::FillFunctor<float>)"
+    # registration and handle lookups feed names; they are not slices
+    assert not names & {"__cudaRegisterFunction", "__cudaGetKernel", "cuKernelGetFunction"}

@@ -23,9 +23,11 @@ from ..converters.families import FamilyConverter
 from .decode import MEMCPY_KINDS, decode_group, launch_geometry, name_of, probe_table
 from .probes import CATEGORY, DRIVER, RUNTIME
 from .resolve import MapsIndex
+from .symbols import demangle
 
 BIN_NS = 100_000_000  # rate counters: 0.1 s bins
 LAUNCH_ROLES = ("launch_rt", "launch_cfg", "launch_cu")
+BOOKKEEPING = ("register_function", "kernel_handle")  # feed kernel names; no slices (tens of thousands at import)
 FLOW_BASE = 0xC0DA << 32  # flow ids of this family (unique in the trace)
 
 
@@ -38,6 +40,10 @@ class CudaConverter(FamilyConverter):
         self.probes = probe_table(model.header)
         self.maps = MapsIndex()
         self.fn_names: dict[tuple[int, int], str] = {}     # (pid, CUfunction) -> name
+        self.fn_cut: set[tuple[int, int]] = set()          # names cut to the record's size in BPF
+        self.fn_name_ptr: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, CUfunction) -> (name ptr, ts)
+        self.registered: dict[tuple[int, int], int] = {}   # (pid, host symbol) -> device name ptr
+        self.handles: dict[tuple[int, int], int] = {}      # (pid, cudaKernel_t / CUfunction) -> host symbol
         self.comms: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, comm) -> (rank, nranks)
         self.graph_ev: list[tuple] = []                    # (ts, tid, role, pid, a0, a1, out, ok)
         self.flows: dict[tuple[int, int], list] = {}       # (tid, ts) -> [flow_in, flow_out]
@@ -57,7 +63,10 @@ class CudaConverter(FamilyConverter):
         has_out = (recs["flags"] & ev.CF_OUT) != 0
         names = recs["kind"] == ev.CUDA_NAME
         for rec in recs[names & ok & has_out]:
-            self.fn_names[(int(rec["tgid"]), int(rec["out"]))] = name_of(rec)
+            key = (int(rec["tgid"]), int(rec["out"]))
+            self.fn_names[key] = name_of(rec)
+            if rec["flags"] & ev.CF_TRUNC:
+                self.fn_cut.add(key)
         calls = ~names
         for pid_ in np.unique(ids[calls]).tolist():
             p = self.probes[pid_] if pid_ < len(self.probes) else None
@@ -66,7 +75,16 @@ class CudaConverter(FamilyConverter):
             sel = calls & (ids == pid_)
             g, gok = recs[sel], ok[sel]
             role, a = p.role, g["args"]
-            if role in ("capture_begin", "capture_end", "instantiate", "graph_launch"):
+            if role == "register_function":
+                for pid, host, name in zip(g["tgid"].tolist(), a[:, 1].tolist(), a[:, 3].tolist()):
+                    self.registered[(pid, host)] = name
+            elif role == "kernel_handle":
+                for r in g[gok & has_out[sel]]:
+                    self.handles[(int(r["tgid"]), int(r["out"]))] = int(r["args"][1])
+            elif role == "function_name":
+                for r in g[gok & has_out[sel]]:
+                    self.fn_name_ptr[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]), int(r["ts"]))
+            elif role in ("capture_begin", "capture_end", "instantiate", "graph_launch"):
                 for r, k in zip(g, gok.tolist()):
                     self.graph_ev.append((int(r["ts"]), int(r["tid"]), role, int(r["tgid"]), int(r["args"][0]),
                                           int(r["args"][1]), int(r["out"]), k))
@@ -169,7 +187,7 @@ class CudaConverter(FamilyConverter):
         ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
         for pid_ in np.unique(ids).tolist():
             p = self.probes[pid_] if pid_ < len(self.probes) else None
-            if p is None:
+            if p is None or p.role in BOOKKEEPING:
                 continue
             group = recs[ids == pid_]
             rows = decode_group(p, group)
@@ -188,13 +206,34 @@ class CudaConverter(FamilyConverter):
     def _kernels(self, p, group, rows) -> None:
         func, _, _ = launch_geometry(p, group["args"])
         for rec, f, r in zip(group, func.tolist(), rows):
-            pid = int(rec["tgid"])
-            if p.api == RUNTIME:  # host stub address: a symbol
-                r["kernel"] = self.maps.symbolize(pid, f, int(rec["ts"]))
-                r["func"] = f"{f:#x}"
-            else:  # CUfunction handle: named by cuModuleGetFunction, if seen
-                r["kernel"] = self.fn_names.get((pid, f), f"{f:#x}")
-                r["function"] = f"{f:#x}"
+            pid, ts = int(rec["tgid"]), int(rec["ts"])
+            r["kernel"] = self._kernel_name(pid, f, ts, p.api == RUNTIME)
+            r["func" if p.api == RUNTIME else "function"] = f"{f:#x}"
+
+    def _kernel_name(self, pid: int, f: int, ts: int, runtime: bool) -> str:
+        """Runtime launches pass a host symbol or a cudaKernel_t made from one
+        (__cudaGetKernel); driver launches a CUfunction named by
+        cuModuleGetFunction/cuLibraryGetKernel, or derived from a named handle
+        (cuKernelGetFunction) or a host symbol (cudaGetFuncBySymbol).  Follow
+        the chain of handles until something names it."""
+        h = f
+        for _ in range(4):
+            ptr = self.registered.get((pid, h))
+            name = self.maps.cstring(pid, ptr, ts) if ptr else None
+            if name:
+                return demangle(name)
+            name = self.fn_names.get((pid, h))
+            if name is not None:
+                if (pid, h) in self.fn_cut:  # cut in BPF: read it whole from the mapped file
+                    nptr, t = self.fn_name_ptr.get((pid, h), (0, ts))
+                    name = (self.maps.cstring(pid, nptr, t) if nptr else None) or name
+                return demangle(name)
+            nxt = self.handles.get((pid, h))
+            if nxt is None:
+                break
+            h = nxt
+        # a host symbol nobody registered under our eyes: its ELF symbol, if any
+        return self.maps.symbolize(pid, h, ts) if runtime or h != f else f"{f:#x}"
 
     def _extra(self, p, rec, pid: int, args: dict) -> None:
         role = p.role

@@ -124,12 +124,12 @@ def read_maps(pid: int) -> str | None:
         return None
 
 
-def parse_maps(text: str) -> list[tuple[int, int, int, int, str]]:
-    """Executable file mappings: (start, end, file offset, inode, path)."""
+def parse_maps(text: str, executable: bool = True) -> list[tuple[int, int, int, int, str]]:
+    """File mappings, executable ones only by default: (start, end, file offset, inode, path)."""
     out = []
     for line in text.splitlines():
         parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
+        if len(parts) < 6 or ("x" if executable else "r") not in parts[1] or not parts[5].startswith("/"):
             continue
         start, _, end = parts[0].partition("-")
         out.append((int(start, 16), int(end, 16), int(parts[2], 16), int(parts[4]), parts[5]))

@@ -203,7 +203,8 @@ class CudaPlugin(RecorderPlugin):
             if api in self.apis:
                 new.append(self._attach(ctx, dsc.process_path(pid, path, inode), f"maps of pid {pid}", api, pid))
         cuda = cuda or any(i.get("inode") in {e[3] for e in entries} for i in self.libs.values())
-        snap = [[s, e, o, p] for s, e, o, _, p in entries]
+        # Readable mappings too: registered kernel names live in .rodata.
+        snap = [[s, e, o, p] for s, e, o, _, p in dsc.parse_maps(text, executable=False)]
         if cuda and snap != st[3]:
             st[3] = snap
             ctx.write_meta({"type": "maps", "pid": pid, "ts": ctx.now_ns(), "entries": snap,

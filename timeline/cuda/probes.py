@@ -113,6 +113,14 @@ def _table() -> list[Probe]:
     add("cudaGetDeviceCount", R, "", "count=out:i32", out=0)
     add("cudaStreamQuery cudaStreamQuery_ptsz", R, "", "stream=0:hex")  # 600 = not ready: polling
     add("cudaEventQuery", R, "", "event=0:hex")
+    # Kernel names for runtime launches.  nvcc's registration code tells the
+    # runtime which host symbol stands for which device function (mangled
+    # name); launches pass that symbol, which need not be code in a mapped
+    # file (torch 2.11/CUDA 13 passes heap addresses), so ELF symbols alone
+    # cannot name it.  Handles derived from a symbol map back to it.
+    add("__cudaRegisterFunction", R, "register_function", "host_fun=1:hex device_name=3:hex")
+    add("__cudaGetKernel cudaGetKernel", R, "kernel_handle", "entry=1:hex kernel=out:hex", out=0)
+    add("cudaGetFuncBySymbol", R, "kernel_handle", "entry=1:hex function=out:hex", out=0)
 
     # -- CUDA driver (libcuda) ---------------------------------------------
     D = DRIVER
@@ -136,6 +144,12 @@ def _table() -> list[Probe]:
             f"dst=0:hex src=1:hex bytes=2:u64 kind=const:{kind} stream=3:hex")
     add("cuMemcpy cuMemcpy_ptds", D, "copy", "dst=0:hex src=1:hex bytes=2:u64 kind=const:default")
     add("cuMemcpyAsync cuMemcpyAsync_ptsz", D, "copy", "dst=0:hex src=1:hex bytes=2:u64 kind=const:default stream=3:hex")
+    # cuBLAS/cuDNN call the runtime statically linked into them (no uprobe can
+    # see it), so their memsets reach us only here.
+    add("cuMemsetD8_v2 cuMemsetD8_v2_ptds cuMemsetD16_v2 cuMemsetD16_v2_ptds cuMemsetD32_v2 cuMemsetD32_v2_ptds",
+        D, "", "ptr=0:hex value=1:u32 count=2:u64")
+    add("cuMemsetD8Async cuMemsetD8Async_ptsz cuMemsetD16Async cuMemsetD16Async_ptsz cuMemsetD32Async "
+        "cuMemsetD32Async_ptsz", D, "", "ptr=0:hex value=1:u32 count=2:u64 stream=3:hex")
     add("cuCtxSynchronize", D)
     add("cuStreamSynchronize cuStreamSynchronize_ptsz", D, "", "stream=0:hex")
     add("cuEventSynchronize", D, "", "event=0:hex")
@@ -147,6 +161,8 @@ def _table() -> list[Probe]:
     # nested: the runtime's lazy module loading is worth seeing.
     add("cuModuleGetFunction cuLibraryGetKernel", D, "function_name", "module=1:hex function=out:hex",
         out=0, string=2, nested_drop=False)
+    # CUkernel -> CUfunction (cuBLASLt's CUTLASS kernels are launched this way).
+    add("cuKernelGetFunction", D, "kernel_handle", "kernel=1:hex function=out:hex", out=0, nested_drop=False)
 
     # -- NCCL (libnccl) --------------------------------------------------------
     N = NCCL

@@ -2,11 +2,13 @@
 
 cudaLaunchKernel gets the address of the kernel's host stub, a function whose
 symbol is the kernel's mangled name, in whatever library holds the kernel.
-The recorder snapshots each CUDA-using process's executable mappings ("maps"
+The recorder snapshots each CUDA-using process's file mappings ("maps"
 META); here an address is mapped to (file, offset), the offset to the ELF
 virtual address, and that to the enclosing symbol, demangled.  When the file
 has no symbol there (stripped), the name is 'libfoo.so+0xVADDR'; when no
-snapshot covers the address, the bare pointer.
+snapshot covers the address, the bare pointer.  Registered kernels are named
+better: the converter follows launch handle -> host symbol -> the device
+name registered for it, a string read back from the mapped file (cstring).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ class MapsIndex:
     def __init__(self):
         self.snaps: dict[int, list[tuple[int, list]]] = {}  # pid -> [(ts, sorted entries)]
         self.env: dict[int, dict] = {}
-        self._cache: dict[tuple[int, int], str] = {}
+        self._cache: dict[tuple, str | None] = {}
 
     def add(self, meta: dict) -> None:
         pid = int(meta["pid"])
@@ -67,6 +69,27 @@ class MapsIndex:
         name, delta = hit
         name = demangle(name)
         return name if delta == 0 else f"{name}+{delta:#x}"
+
+    def cstring(self, pid: int, addr: int, ts: int, limit: int = 4096) -> str | None:
+        """The NUL-terminated string at `addr` in a file the process mapped
+        (a kernel's mangled name in a library's .rodata), read from the file."""
+        key = (pid, addr, "s")
+        if key in self._cache:
+            return self._cache[key]
+        m = self._mapping(pid, addr, ts)
+        text = None
+        if m is not None:
+            start, end, off, path = m
+            try:
+                with open(path, "rb") as f:
+                    f.seek(addr - start + off)
+                    raw = f.read(min(limit, end - addr))
+                if b"\0" in raw:
+                    text = raw.split(b"\0", 1)[0].decode("utf-8", "replace") or None
+            except OSError:
+                pass
+        self._cache[key] = text
+        return text
 
     def rank(self, pid: int) -> tuple[int | None, int | None]:
         """(RANK, WORLD_SIZE) from the process environment, when set."""
