@@ -24,7 +24,7 @@ from slice s join thread_track tt on s.track_id = tt.id join thread t using (uti
 where s.category in ('cuda', 'cuda_driver', 'nccl');
 
 create or replace perfetto table _tl_launches as
-select id, ts, dur, fn as name, utid, upid from _tl_cuda
+select id, ts, dur, fn as name, utid, upid, arg_set_id from _tl_cuda
 where fn in ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaLaunchKernelExC',
              'cudaLaunchCooperativeKernel', 'cuLaunchCooperativeKernel');
 
