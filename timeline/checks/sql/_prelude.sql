@@ -79,3 +79,30 @@ select p.upid, p.pid,
   coalesce((select t.name from thread t where t.upid = p.upid and t.tid = p.pid and t.name is not null
             order by t.utid limit 1), p.name, 'pid ' || p.pid) as name
 from process p;
+
+-- Consecutive windows of `step` ns over the one-row span table (ts, end_ts);
+-- the last one is cut at end_ts. Columns: ts, dur, win (0-based).
+create or replace perfetto macro _tl_windows(span TableOrSubquery, step Expr)
+returns TableOrSubquery as (
+  with recursive w(i) as (
+    select 0 where (select ts from $span) is not null
+    union all
+    select i + 1 from w
+    where (select ts from $span) + (i + 1) * ($step) < (select end_ts from $span)
+  )
+  select s.ts + i * ($step) as ts, min($step, s.end_ts - (s.ts + i * ($step))) as dur, i as win
+  from w, $span s
+);
+
+-- Per key: row count n, nearest-rank p50 and p99, and max of `val` over the
+-- rows of `src` (columns key, val).
+create or replace perfetto macro _tl_percentiles(src TableOrSubquery)
+returns TableOrSubquery as (
+  select key, max(n) as n,
+    max(iif(rn = max(1, cast(ceil(0.50 * n) as int)), val, null)) as p50,
+    max(iif(rn = max(1, cast(ceil(0.99 * n) as int)), val, null)) as p99,
+    max(val) as mx
+  from (select key, val, row_number() over (partition by key order by val) as rn,
+               count(*) over (partition by key) as n from $src)
+  group by key
+);

@@ -14,16 +14,15 @@ where fn in ('cudaMalloc', 'cudaMallocManaged', 'cudaMallocAsync', 'cuMemAlloc',
 create or replace perfetto table _tl_ac_span as
 select upid, min(ts) as ts, max(ts + dur) - min(ts) as span from _tl_cuda group by upid;
 
-create or replace perfetto table _tl_ac_rn as
-select upid, dur, row_number() over (partition by upid order by dur) as rn, count(*) over (partition by upid) as n
-from _tl_ac_calls where is_malloc;
+create or replace perfetto table _tl_ac_pct as
+select key as upid, p50, p99 from _tl_percentiles!((select upid as key, dur as val from _tl_ac_calls where is_malloc));
 
 create or replace perfetto table _tl_ac as
 select c.upid, s.ts, s.span,
   sum(c.is_malloc) as mallocs, sum(c.is_free) as frees,
   sum(iif(c.is_malloc or c.is_free, c.dur, 0)) as inside,
-  (select dur from _tl_ac_rn r where r.upid = c.upid and rn = max(1, cast(ceil(0.5 * n) as int))) as p50,
-  (select dur from _tl_ac_rn r where r.upid = c.upid and rn = max(1, cast(ceil(0.99 * n) as int))) as p99
+  (select p50 from _tl_ac_pct r where r.upid = c.upid) as p50,
+  (select p99 from _tl_ac_pct r where r.upid = c.upid) as p99
 from _tl_ac_calls c join _tl_ac_span s using (upid) group by c.upid;
 
 create or replace perfetto table _tl_ac_oom as

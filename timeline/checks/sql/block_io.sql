@@ -9,16 +9,8 @@ select s.ts, s.dur,
 from slice s left join track t on s.track_id = t.id
 where s.category = 'block_io';
 
-create or replace perfetto table _tl_bio_rn as
-select dev, dur, row_number() over (partition by dev order by dur) as rn, count(*) over (partition by dev) as n
-from _tl_bio;
-
 create or replace perfetto table _tl_bio_dev as
-select dev, max(n) as n,
-  max(iif(rn = max(1, cast(ceil(0.50 * n) as int)), dur, null)) as p50,
-  max(iif(rn = max(1, cast(ceil(0.99 * n) as int)), dur, null)) as p99,
-  max(dur) as mx
-from _tl_bio_rn group by dev;
+select key as dev, n, p50, p99, mx from _tl_percentiles!((select dev as key, dur as val from _tl_bio));
 
 create or replace perfetto table _tl_bio_who as
 select b.dev, group_concat(printf('%s (tid %d, %,d requests)', coalesce(t.name, '?'), b.tid, b.n), ', ') as who from (

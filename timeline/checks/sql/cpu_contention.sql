@@ -10,23 +10,14 @@ where utid = (select utid from tl_main_thread) and dur > 0;
 create or replace perfetto table _tl_cc_r as
 select ts, dur from _tl_cc_st where state in ('R', 'R+');
 
-create or replace perfetto table _tl_cc_rn as
-select dur, row_number() over (order by dur) as rn, count(*) over () as n from _tl_cc_r;
+create or replace perfetto table _tl_cc_pct as
+select p50, p99 from _tl_percentiles!((select 0 as key, dur as val from _tl_cc_r));
 
 create or replace perfetto table _tl_cc_span as
 select min(ts) as ts, max(ts + dur) as end_ts from _tl_cc_st;
 
 create or replace perfetto table _tl_cc_win as
-with recursive w(i) as (
-  select 0 where (select ts from _tl_cc_span) is not null
-  union all
-  select i + 1 from w
-  where (select ts from _tl_cc_span) + (i + 1) * cast(${window_s} * 1e9 as int) < (select end_ts from _tl_cc_span)
-)
-select s.ts + i * cast(${window_s} * 1e9 as int) as ts,
-  min(cast(${window_s} * 1e9 as int), s.end_ts - (s.ts + i * cast(${window_s} * 1e9 as int))) as dur,
-  i as win
-from w, _tl_cc_span s;
+select * from _tl_windows!(_tl_cc_span, cast(${window_s} * 1e9 as int));
 
 drop table if exists _tl_cc_wj;
 create virtual table _tl_cc_wj using span_join(_tl_cc_st, _tl_cc_win);
@@ -38,8 +29,8 @@ select
   coalesce((select sum(dur) from _tl_cc_st where waiting), 0) as runnable,
   (select count(*) from _tl_cc_st where waiting) as long_waits,
   (select count(*) from _tl_cc_r) as waits,
-  (select dur from _tl_cc_rn where rn = max(1, cast(ceil(0.50 * n) as int))) as p50,
-  (select dur from _tl_cc_rn where rn = max(1, cast(ceil(0.99 * n) as int))) as p99,
+  (select p50 from _tl_cc_pct) as p50,
+  (select p99 from _tl_cc_pct) as p99,
   (select count(*) from _tl_cc_st where state = 'Running') as switches,
   (select end_ts - ts from _tl_cc_span) as span,
   (select ts from _tl_cc_span) as span_ts;

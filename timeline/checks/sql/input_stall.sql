@@ -23,16 +23,7 @@ select ts, dur from (
   and woke_by in (select utid from _tl_is_providers);
 
 create or replace perfetto table _tl_is_win as
-with recursive w(i) as (
-  select 0 where (select ts from _tl_is_span) is not null
-  union all
-  select i + 1 from w
-  where (select ts from _tl_is_span) + (i + 1) * cast(${window_s} * 1e9 as int) < (select end_ts from _tl_is_span)
-)
-select s.ts + i * cast(${window_s} * 1e9 as int) as ts,
-  min(cast(${window_s} * 1e9 as int), s.end_ts - (s.ts + i * cast(${window_s} * 1e9 as int))) as dur,
-  i as win
-from w, _tl_is_span s;
+select * from _tl_windows!(_tl_is_span, cast(${window_s} * 1e9 as int));
 
 drop table if exists _tl_is_wj;
 create virtual table _tl_is_wj using span_join(_tl_is_wait, _tl_is_win);

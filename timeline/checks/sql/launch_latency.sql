@@ -11,17 +11,8 @@ select id, ts, dur, name, utid from (
   from _tl_launches l where l.dur > 0)
 where nth > 1;
 
-create or replace perfetto table _tl_ll_rn as
-select name, dur, row_number() over (partition by name order by dur) as rn,
-  count(*) over (partition by name) as n
-from _tl_ll;
-
 create or replace perfetto table _tl_ll_stat as
-select name, max(n) as n,
-  max(iif(rn = max(1, cast(ceil(0.50 * n) as int)), dur, null)) as p50,
-  max(iif(rn = max(1, cast(ceil(0.99 * n) as int)), dur, null)) as p99,
-  max(dur) as mx
-from _tl_ll_rn group by name;
+select key as name, n, p50, p99, mx from _tl_percentiles!((select name as key, dur as val from _tl_ll));
 
 create or replace perfetto table _tl_ll_out as
 select l.id, l.ts, l.dur, l.name, l.utid, s.p50
