@@ -9,8 +9,6 @@ from timeline import events
 from timeline.bpf_session import BpfSession
 from helpers import require_root
 
-pytestmark = pytest.mark.usefixtures("root")
-
 
 @pytest.fixture
 def root():
@@ -32,28 +30,61 @@ PINGPONG = textwrap.dedent("""
 """)
 
 
-def test_consumer_updates_never_make_the_kernel_refuse_a_record():
+def _storm(session, seconds, between_drains):
+    """Run PINGPONG under `session`, draining the sched ring until it exits."""
+    proc = subprocess.Popen([sys.executable, "-c", PINGPONG, str(seconds)], stdin=subprocess.PIPE)
+    session.track(proc.pid, proc.pid)
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    reader = session.readers[events.RING_SCHED]
+    while proc.poll() is None:
+        reader.drain()
+        between_drains(reader)
+    session.detach()
+    reader.drain()
+    return reader
+
+
+def test_consumer_updates_never_make_the_kernel_refuse_a_record(root):
     # The kernel reads the consumer position, without a lock, on every
     # reserve.  Store it over and over (each drain, then 200 more stores
-    # of the same position) while a switch storm reserves: no record may
-    # be lost, although the ring (4 MiB) wraps several times, so that a
-    # torn or zeroed position would read as a full ring.
+    # of the same position) while a switch storm reserves: no reserve may
+    # fail, although the ring (4 MiB) wraps several times, so that a torn or
+    # zeroed position would read as a full ring.
+    def restore(reader):
+        pos = int(reader._cons_pos[0])
+        for _ in range(200):
+            reader._release(pos)
+
     session = BpfSession(["sched"], ring_sizes={"sched": 4 << 20})
     try:
         session.attach()
-        proc = subprocess.Popen([sys.executable, "-c", PINGPONG, "2.5"], stdin=subprocess.PIPE)
-        session.track(proc.pid, proc.pid)  # its threads follow through tl_fork
-        proc.stdin.write(b"go\n")
-        proc.stdin.flush()
-        reader = session.readers[events.RING_SCHED]
-        while proc.poll() is None:
-            reader.drain()
-            pos = int(reader._cons_pos[0])
-            for _ in range(200):
-                reader._release(pos)
-        session.detach()
-        reader.drain()
+        reader = _storm(session, 2.5, restore)
         assert reader.bytes > 3 * reader.size, "the ring did not wrap: the storm was too slow to test anything"
-        assert session.drops()["sched"] == [0] * session.ncpu
+        causes = session.drop_causes()["sched"]
+        assert causes["full"] == causes["refused"] == causes["retried"] == [0] * session.ncpu
     finally:
         session.close()
+
+
+def test_a_reserve_refused_with_room_left_is_retried_and_counted(root):
+    # Fault injection: the consumer position reads 0 for a moment, over and
+    # over (what a torn store did).  A reserve landing in such a moment is
+    # refused although the ring is nearly empty; the retry keeps the record
+    # and counts it as retried, not lost.
+    def zero_blips(reader):
+        pos = int(reader._cons_pos[0])
+        for _ in range(200):
+            reader._cons_pos[0] = 0
+            reader._cons_pos[0] = pos
+
+    session = BpfSession(["sched"], ring_sizes={"sched": 1 << 20})
+    try:
+        session.attach()
+        reader = _storm(session, 2.0, zero_blips)
+        causes = session.drop_causes()["sched"]
+        assert reader.bytes > 3 * reader.size
+        assert sum(causes["retried"]) > 0
+    finally:
+        session.close()
+
