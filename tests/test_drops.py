@@ -1,4 +1,5 @@
 """Records lost between the BPF programs and the rings: never caused by the consumer, counted by cause."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,15 +33,28 @@ PINGPONG = textwrap.dedent("""
 
 
 def _storm(session, seconds, between_drains):
-    """Run PINGPONG under `session`, draining the sched ring until it exits."""
+    """Run PINGPONG under `session`, draining the sched ring until it exits.
+
+    The storm runs on CPU 1 and the drain loop on CPU 0, so that the kernel
+    reserves records while user space writes the consumer position."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
     proc = subprocess.Popen([sys.executable, "-c", PINGPONG, str(seconds)], stdin=subprocess.PIPE)
-    session.track(proc.pid, proc.pid)
-    proc.stdin.write(b"go\n")
-    proc.stdin.flush()
-    reader = session.readers[events.RING_SCHED]
-    while proc.poll() is None:
-        reader.drain()
-        between_drains(reader)
+    mine = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(proc.pid, {1})  # its threads, created after "go", inherit it
+        os.sched_setaffinity(0, {0})
+        session.track(proc.pid, proc.pid)
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        reader = session.readers[events.RING_SCHED]
+        while proc.poll() is None:
+            reader.drain()
+            between_drains(reader)
+    finally:
+        os.sched_setaffinity(0, mine)
+        proc.kill()
+        proc.wait()
     session.detach()
     reader.drain()
     return reader
