@@ -135,10 +135,15 @@ def sched_array(rows) -> np.ndarray:
     return a
 
 
-def end_block(drops_sched=(0, 0), drops_proc=(0, 0), stop_ts=None, exit_code=0, reason="target exited"):
-    return {"drops": {"sched": list(drops_sched), "proc": list(drops_proc)},
-            "clock_end": {"boottime_ns": stop_ts or BOOT0}, "exit_code": exit_code,
-            "reason": reason, "stop_ts": stop_ts}
+def end_block(drops_sched=(0, 0), drops_proc=(0, 0), stop_ts=None, exit_code=0, reason="target exited",
+              drop_causes=None):
+    """drop_causes: as BpfSession.drop_causes() writes it; None: a log from before causes were recorded."""
+    end = {"drops": {"sched": list(drops_sched), "proc": list(drops_proc)},
+           "clock_end": {"boottime_ns": stop_ts or BOOT0}, "exit_code": exit_code,
+           "reason": reason, "stop_ts": stop_ts}
+    if drop_causes is not None:
+        end["drop_causes"] = drop_causes
+    return end
 
 
 def many_switches(path, n: int, ncpu: int = 4, block: int = 65536, threads: int = 16) -> str:

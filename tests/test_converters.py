@@ -189,6 +189,36 @@ def test_pf_drops_and_stats(pf):
     assert counters == {"timeline: sched records dropped": 3, "timeline: proc records dropped": 1}
 
 
+def test_drops_refused_by_the_kernel_are_told_apart(tmp_path, open_trace):
+    """Overrun stats count a full ring only; a refusal gets its own counter track and metadata."""
+    b = LogBuilder(ncpu=2)
+    b.switch(T(10), 0, 0, 2000, prev_tracked=False)
+    b.switch(T(20), 1, 0, 2001, prev_tracked=False)
+    ring = 1 << 20
+
+    def causes(full, refused, pending):
+        return {"full": full, "refused": refused, "retried": [0, 4], "refused_max_pending": pending,
+                "ring_bytes": ring}
+
+    end = end_block(drops_sched=[5, 2], drops_proc=[0, 1], stop_ts=T(30),
+                    drop_causes={"sched": causes([4, 0], [1, 2], 4096), "proc": causes([0, 1], [0, 0], 0)})
+    raw = b.write(tmp_path / "r.tlraw", end)
+    convert(raw, str(tmp_path / "r.pftrace"))
+    with open_trace(tmp_path / "r.pftrace") as tp:
+        st = {(n, i): v for n, i, v in q(tp, "select name, idx, value from stats where value != 0")}
+        assert (st[("ftrace_cpu_dropped_events_delta", 0)], st[("ftrace_cpu_dropped_events_delta", 1)]) == (5, 3)
+        assert (st[("ftrace_cpu_overrun_end", 0)], st[("ftrace_cpu_overrun_end", 1)]) == (4, 1)
+        counters = dict(q(tp, """select t.name, max(c.value) from counter c
+                                 join counter_track t on t.id = c.track_id group by t.name"""))
+        assert counters == {"timeline: sched records dropped": 7, "timeline: proc records dropped": 1,
+                            "timeline: sched records refused by the kernel (ring not full)": 3}
+    res = convert(raw, str(tmp_path / "r.json"))
+    assert res.drops == {"sched": 7, "proc": 1}
+    with open(res.out_path, "rb") as f:
+        meta = orjson.loads(f.read())["metadata"]["timeline"]
+    assert meta["drop_causes"]["sched"]["refused"] == [1, 2]
+
+
 def test_pf_system_info_and_events(pf):
     _, tp = pf
     md = dict(q(tp, "select name, coalesce(str_value, cast(int_value as text)) from metadata"))

@@ -36,7 +36,7 @@ def test_every_object_agrees_on_shared_struct_layouts():
         obj = libbpf.BPFObject(obj_path(name))
         try:
             assert obj.map("tracked").key_size == 4 and obj.map("tracked").value_size == 8
-            assert obj.map("drops").value_size == 8 and obj.map("drops").max_entries == events.MAX_RINGS
+            assert obj.map("drops").value_size == 8 and obj.map("drops").max_entries == events.DROP_SLOTS
         finally:
             obj.close()
 

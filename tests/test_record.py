@@ -257,8 +257,11 @@ def test_drops_are_counted_and_reported(tmp_path):
     assert cp.returncode == 0, cp.stderr
     log = read_raw(raw)
     dropped = sum(log["end"]["drops"]["sched"])
-    assert dropped > 0
-    assert f"{dropped:,} events were dropped" in cp.stderr
+    causes = log["end"]["drop_causes"]["sched"]
+    assert dropped > 0 and sum(causes["full"]) == dropped  # a full ring, nothing refused
+    assert sum(causes["refused"]) == 0 and causes["ring_bytes"] == 1 << 20
+    assert f"{dropped:,} events were dropped (ring buffer full)" in cp.stderr
+    assert "refused" not in cp.stderr
 
 
 def test_ctrl_c_in_a_terminal(tmp_path):

@@ -144,13 +144,31 @@ class BpfSession:
     def arm_launch(self, on: bool) -> None:
         self._proc.map("launch_armed").update(struct.pack("<I", 0), struct.pack("<I", int(on)))
 
+    def _drop_slot(self, slot: int) -> list[int]:
+        raw = self._proc.map("drops").lookup(struct.pack("<I", slot), 8 * self.ncpu)
+        return np.frombuffer(raw, "<u8").tolist() if raw else [0] * self.ncpu
+
     def drops(self) -> dict[str, list[int]]:
-        """Per-CPU counts of records lost to full rings, by family name."""
-        m = self._proc.map("drops")
+        """Per-CPU counts of records lost (ring full or refused), by family name."""
+        return {f.name: [a + b for a, b in zip(self._drop_slot(events.DROP_FULL + f.ring_id),
+                                               self._drop_slot(events.DROP_REFUSED + f.ring_id))]
+                for f in self.families}
+
+    def drop_causes(self) -> dict[str, dict]:
+        """Per family: per-CPU records lost to a full ring (`full`) and refused
+        by the kernel with room left (`refused`), per-CPU reserves refused once
+        with room left then retried successfully (`retried`, nothing lost),
+        the most bytes pending at a refusal (`refused_max_pending`) and the
+        ring size (`ring_bytes`)."""
         out = {}
-        for fam in self.families:
-            raw = m.lookup(struct.pack("<I", fam.ring_id), 8 * self.ncpu)
-            out[fam.name] = list(np.frombuffer(raw, "<u8").tolist()) if raw else [0] * self.ncpu
+        for f in self.families:
+            out[f.name] = {
+                "full": self._drop_slot(events.DROP_FULL + f.ring_id),
+                "refused": self._drop_slot(events.DROP_REFUSED + f.ring_id),
+                "retried": self._drop_slot(events.DROP_RETRIED + f.ring_id),
+                "refused_max_pending": max(self._drop_slot(events.DROP_FILL + f.ring_id)),
+                "ring_bytes": self.readers[f.ring_id].size,
+            }
         return out
 
     def close(self) -> None:

@@ -12,6 +12,13 @@ RING_SCHED = 1
 RING_PROC = 2
 MAX_RINGS = 8
 
+# Per-CPU loss counters (map "drops"): group offset + ring id (TL_DROP_*)
+DROP_FULL = 0      # records lost: the ring had no room
+DROP_REFUSED = 8   # records lost: reserve failed twice with room left
+DROP_RETRIED = 16  # reserves that failed with room left, then succeeded
+DROP_FILL = 24     # most bytes pending at a refusal (a maximum)
+DROP_SLOTS = 32
+
 # sched ring kinds / flags
 SCHED_SWITCH = 1
 SCHED_WAKING = 2

@@ -9,7 +9,9 @@ followed by the payload:
   Later METAs carry process snapshots (``"type": "procs"``) and notes.
 - ``RING``: bytes copied verbatim from one BPF ring buffer (record headers
   included); decode with :func:`timeline.events.decode_ring_bytes`.
-- ``END!``: JSON with final stats (drops, exit code).  Its presence means the
+- ``END!``: JSON with final stats (drops: records lost per ring and CPU;
+  drop_causes: full / refused / retried per CPU, see BpfSession.drop_causes;
+  exit code).  Its presence means the
   recording was finalized; a log without it was cut short (recorder killed)
   and is still convertible up to its last whole block.
 

@@ -54,10 +54,11 @@ class RecordResult:
     reason: str
     records: dict[str, int] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)
-    drops: dict[str, int] = field(default_factory=dict)
+    drops: dict[str, int] = field(default_factory=dict)  # records lost, all causes
     raw_bytes: int = 0
     elapsed: float = 0.0
     notes: list[str] = field(default_factory=list)  # plugins' summary lines
+    drop_causes: dict[str, dict] = field(default_factory=dict)  # BpfSession.drop_causes()
 
 
 def _effective_caps() -> int:
@@ -344,6 +345,7 @@ class Recorder:
         """Detach, drain everything left, write END: always runs."""
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
         drops: dict[str, list[int]] = {}
+        causes: dict[str, dict] = {}
         consumer.stop_event.set()
         if consumer.is_alive():
             consumer.join()
@@ -355,13 +357,14 @@ class Recorder:
                     consumer.ctx.summary.append(f"warning: {plugin.family}: {e}")
             session.detach()
             consumer.drain_once()
-            drops = session.drops()
-            writer.finish({"drops": drops, "clock_end": _clock_snapshot(), "exit_code": code, "reason": reason,
-                           "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+            drops, causes = session.drops(), session.drop_causes()
+            writer.finish({"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(), "exit_code": code,
+                           "reason": reason, "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
         finally:
             writer.close()
             records = {f.name: session.readers[f.ring_id].records for f in session.families}
             session.close()
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(consumer.kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
-                            writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [])
+                            writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
+                            drop_causes=causes)

@@ -13,17 +13,19 @@ area of `size` bytes follows and is mapped twice in a row, so a span that
 wraps is still contiguous in our mapping.  Each record starts with an 8-byte
 header whose u32 length carries BUSY (bit 31, still being written) and
 DISCARD (bit 30) flags; records are padded to 8 bytes.
+
+Both positions are read and written as single aligned 8-byte accesses (numpy
+views): the kernel reads consumer_pos without a lock on every reserve, and
+struct.pack_into would zero the 8 bytes and then write them one at a time, so
+a reserve landing in between saw the ring as full and lost its record.
 """
 from __future__ import annotations
 
 import mmap
-import struct
 
 import numpy as np
 
 from .events import RINGBUF_BUSY_BIT, ring_stride
-
-_U64 = struct.Struct("<Q")
 
 
 class RingReader:
@@ -37,17 +39,19 @@ class RingReader:
         self._cons = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._prod = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
         self._data = np.frombuffer(self._prod, dtype=np.uint8, offset=page)
+        self._cons_pos = np.frombuffer(self._cons, dtype=np.uint64, count=1)
+        self._prod_pos = np.frombuffer(self._prod, dtype=np.uint64, count=1)
         self._page = page
         self.records = 0
         self.bytes = 0
 
     def pending_bytes(self) -> int:
-        return _U64.unpack_from(self._prod, 0)[0] - _U64.unpack_from(self._cons, 0)[0]
+        return int(self._prod_pos[0]) - int(self._cons_pos[0])
 
     def drain(self, max_bytes: int | None = None) -> bytes:
         """Copy out every committed record; return them (headers included)."""
-        cons = _U64.unpack_from(self._cons, 0)[0]
-        prod = _U64.unpack_from(self._prod, 0)[0]  # x86 TSO: loads are acquire
+        cons = int(self._cons_pos[0])
+        prod = int(self._prod_pos[0])  # x86 TSO: loads are acquire
         avail = prod - cons
         if max_bytes is not None:
             avail = min(avail, max_bytes - max_bytes % self.stride)
@@ -63,14 +67,17 @@ class RingReader:
             if n == 0:
                 return b""
         out = span[: n * self.stride].tobytes()
-        # Release the space only after the copy is done.
-        _U64.pack_into(self._cons, 0, cons + n * self.stride)
+        self._release(cons + n * self.stride)
         self.records += n
         self.bytes += len(out)
         return out
 
+    def _release(self, pos: int) -> None:
+        """Hand [.., pos) back to the kernel, after the copy is done (x86 TSO keeps the order)."""
+        self._cons_pos[0] = pos  # one 8-byte store, never a torn or zeroed value
+
     def close(self) -> None:
-        self._data = None
+        self._data = self._cons_pos = self._prod_pos = None
         for m in (self._prod, self._cons):
             try:
                 m.close()

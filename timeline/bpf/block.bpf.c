@@ -100,11 +100,9 @@ int BPF_PROG(tl_blk_done, struct request *rq, blk_status_t error, unsigned int n
 		return 0;
 	__u32 left = BPF_CORE_READ(rq, __data_len);
 	bool partial = nr_bytes < left;
-	struct tl_block_event *e = bpf_ringbuf_reserve(&block_ring, sizeof(*e), 0);
+	struct tl_block_event *e = tl_reserve(&block_ring, TL_RING_BLOCK, sizeof(*e));
 
-	if (!e) {
-		tl_count_drop(TL_RING_BLOCK);
-	} else {
+	if (e) {
 		struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
 		__u32 opf = BPF_CORE_READ(rq, cmd_flags);
 

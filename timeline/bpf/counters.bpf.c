@@ -26,11 +26,9 @@ int tl_cnt_exit(void *ctx)
 
 	if (!tl_is_tracked(tid))
 		return 0;
-	struct tl_counters_event *e = bpf_ringbuf_reserve(&counters_ring, sizeof(*e), 0);
-	if (!e) {
-		tl_count_drop(TL_RING_COUNTERS);
+	struct tl_counters_event *e = tl_reserve(&counters_ring, TL_RING_COUNTERS, sizeof(*e));
+	if (!e)
 		return 0;
-	}
 	struct task_struct *t = bpf_get_current_task_btf();
 
 	e->ts = bpf_ktime_get_boot_ns();

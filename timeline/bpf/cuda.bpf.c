@@ -95,13 +95,11 @@ static __always_inline void read_args(struct pt_regs *ctx, __u64 ck, __u64 *a)
 
 static __always_inline struct tl_cuda_event *reserve(__u64 ts, __u64 ck, __u8 kind)
 {
-	struct tl_cuda_event *e = bpf_ringbuf_reserve(&cuda_ring, sizeof(*e), 0);
+	struct tl_cuda_event *e = tl_reserve(&cuda_ring, TL_RING_CUDA, sizeof(*e));
 	__u64 id;
 
-	if (!e) {
-		tl_count_drop(TL_RING_CUDA);
+	if (!e)
 		return NULL;
-	}
 	id = bpf_get_current_pid_tgid();
 	e->ts = ts;
 	e->dur = 0;

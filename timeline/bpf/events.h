@@ -14,8 +14,16 @@
 #define TL_RING_SCHED 1
 #define TL_RING_PROC  2
 
-/* Index of the per-CPU drop counters (map "drops"), one slot per ring id. */
+/* Ring ids are below this. */
 #define TL_MAX_RINGS 8
+
+/* Per-CPU loss counters (map "drops", see tl_reserve in tracking.bpf.h):
+ * four groups of TL_MAX_RINGS slots, indexed by group + ring id. */
+#define TL_DROP_FULL    0   /* records lost: the ring had no room */
+#define TL_DROP_REFUSED 8   /* records lost: reserve failed twice with room left */
+#define TL_DROP_RETRIED 16  /* reserves that failed with room left, then succeeded */
+#define TL_DROP_FILL    24  /* most bytes pending at a refusal (a maximum, not a count) */
+#define TL_DROP_SLOTS   32
 
 /* ---- ring TL_RING_SCHED ---------------------------------------------- */
 #define TL_SCHED_SWITCH 1

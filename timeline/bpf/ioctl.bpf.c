@@ -199,9 +199,8 @@ int tl_ioctl_exit(struct trace_event_raw_sys_exit *ctx)
 
 	if (!s)
 		return 0;
-	struct tl_ioctl_event *e = bpf_ringbuf_reserve(&ioctl_ring, sizeof(*e), 0);
+	struct tl_ioctl_event *e = tl_reserve(&ioctl_ring, TL_RING_IOCTL, sizeof(*e));
 	if (!e) {
-		tl_count_drop(TL_RING_IOCTL);
 		bpf_map_delete_elem(&ioctl_inflight, &tid);
 		return 0;
 	}

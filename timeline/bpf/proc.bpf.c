@@ -29,12 +29,10 @@ struct {
 
 static __always_inline struct tl_proc_event *proc_reserve(__u8 kind)
 {
-	struct tl_proc_event *e = bpf_ringbuf_reserve(&proc_ring, sizeof(*e), 0);
+	struct tl_proc_event *e = tl_reserve(&proc_ring, TL_RING_PROC, sizeof(*e));
 
-	if (!e) {
-		tl_count_drop(TL_RING_PROC);
+	if (!e)
 		return NULL;
-	}
 	e->ts = bpf_ktime_get_boot_ns();
 	e->cpu = bpf_get_smp_processor_id();
 	e->kind = kind;

@@ -16,12 +16,10 @@ struct {
 static __always_inline int emit(__u8 kind, __u8 flags, __u32 tid, __u32 target,
 				__s64 arg, __s32 prio)
 {
-	struct tl_sched_event *e = bpf_ringbuf_reserve(&sched_ring, sizeof(*e), 0);
+	struct tl_sched_event *e = tl_reserve(&sched_ring, TL_RING_SCHED, sizeof(*e));
 
-	if (!e) {
-		tl_count_drop(TL_RING_SCHED);
+	if (!e)
 		return 0;
-	}
 	e->ts = bpf_ktime_get_boot_ns();
 	e->tid = tid;
 	e->target_tid = target;

@@ -5,7 +5,7 @@
  * Each object declares these maps with identical definitions; the loader
  * creates them once (in proc.bpf.o) and makes every other object reuse the
  * same fds (bpf_map__reuse_fd), so all programs see one tracked set and one
- * drop counter array.
+ * set of loss counters.
  */
 #ifndef TIMELINE_TRACKING_BPF_H
 #define TIMELINE_TRACKING_BPF_H
@@ -33,10 +33,10 @@ struct {
 	__type(value, struct tl_task);
 } tracked SEC(".maps");
 
-/* Records lost because a ring buffer was full, per CPU, indexed by ring id. */
+/* Per-CPU loss counters, TL_DROP_* group + ring id (events.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, TL_MAX_RINGS);
+	__uint(max_entries, TL_DROP_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
 } drops SEC(".maps");
@@ -46,12 +46,64 @@ static __always_inline bool tl_is_tracked(__u32 tid)
 	return tid != 0 && bpf_map_lookup_elem(&tracked, &tid) != NULL;
 }
 
-static __always_inline void tl_count_drop(__u32 ring)
+/* Per-CPU slots: no atomics needed. */
+static __always_inline void tl_drop_count(__u32 slot)
 {
-	__u64 *n = bpf_map_lookup_elem(&drops, &ring);
+	__u64 *n = bpf_map_lookup_elem(&drops, &slot);
 
 	if (n)
-		*n += 1; /* per-CPU slot: no atomics needed */
+		*n += 1;
+}
+
+static __always_inline void tl_drop_max(__u32 slot, __u64 v)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &slot);
+
+	if (n && v > *n)
+		*n = v;
+}
+
+/* After a failed reserve: did the ring have room for a record of `size`?
+ * The kernel refuses when producer + len - consumer > ring size - 1, len
+ * being the record with its 8-byte header, padded to 8. */
+static __always_inline bool tl_ring_has_room(void *ring, __u64 size, __u64 *pending)
+{
+	__u64 len = (size + 8 + 7) & ~7ULL;
+
+	*pending = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+	return *pending + len < bpf_ringbuf_query(ring, BPF_RB_RING_SIZE);
+}
+
+/*
+ * bpf_ringbuf_reserve, counting every record that cannot be queued by cause
+ * (TL_DROP_*).  A reserve refused while the ring has room is retried once:
+ * that is not a full ring but the reserve path itself (the ring lock giving
+ * up, or the consumer position read while user space wrote it); should the
+ * retry succeed only TL_DROP_RETRIED counts it.  The fast path is one call.
+ */
+static __always_inline void *tl_reserve(void *ring, __u32 ring_id, __u64 size)
+{
+	void *e = bpf_ringbuf_reserve(ring, size, 0);
+	__u64 pending;
+
+	if (e)
+		return e;
+	if (!tl_ring_has_room(ring, size, &pending)) {
+		tl_drop_count(TL_DROP_FULL + ring_id);
+		return NULL;
+	}
+	e = bpf_ringbuf_reserve(ring, size, 0);
+	if (e) {
+		tl_drop_count(TL_DROP_RETRIED + ring_id);
+		return e;
+	}
+	if (!tl_ring_has_room(ring, size, &pending)) {
+		tl_drop_count(TL_DROP_FULL + ring_id);
+		return NULL;
+	}
+	tl_drop_count(TL_DROP_REFUSED + ring_id);
+	tl_drop_max(TL_DROP_FILL + ring_id, pending);
+	return NULL;
 }
 
 #endif /* TIMELINE_TRACKING_BPF_H */

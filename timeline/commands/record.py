@@ -14,6 +14,25 @@ from .convert import run_conversion
 from .output import check_writable, human_bytes, infer_format, raw_path_for
 
 
+def drop_warnings(drops: dict[str, int], causes: dict[str, dict]) -> list[str]:
+    """Summary lines for lost records: a full ring and a refusal with room left
+    call for different fixes.  drops: family -> lost; causes: BpfSession.drop_causes()."""
+    def listing(counts: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
+
+    full = {k: sum(c["full"]) for k, c in causes.items()} if causes else dict(drops)
+    refused = {k: sum(c["refused"]) for k, c in causes.items()}
+    out = []
+    if sum(full.values()):
+        out.append(f"{sum(full.values()):,} events were dropped (ring buffer full): {listing(full)}; "
+                   "try a larger --buffer-size")
+    if sum(refused.values()):
+        pct = max(100 * c["refused_max_pending"] / c["ring_bytes"] for k, c in causes.items() if refused[k])
+        out.append(f"{sum(refused.values()):,} events were refused by the kernel with the ring at most "
+                   f"{pct:.1f}% full: {listing(refused)}; not a full ring, so a larger --buffer-size does not help")
+    return out
+
+
 class _StatusLine:
     """One self-rewriting line on stderr, only when stderr is a terminal."""
 
@@ -100,11 +119,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
     for note in res.notes:
         say(f"timeline: {note}")
-    total_drops = sum(res.drops.values())
-    if total_drops:
-        click.echo(f"timeline: warning: {total_drops:,} events were dropped (ring buffer full): "
-                   + ", ".join(f"{k} {v:,}" for k, v in res.drops.items() if v)
-                   + "; try a larger --buffer-size", err=True)
+    for line in drop_warnings(res.drops, res.drop_causes):
+        click.echo(f"timeline: warning: {line}", err=True)
     if raw_only:
         say(f"timeline: wrote {raw} ({human_bytes(res.raw_bytes)})")
     else:

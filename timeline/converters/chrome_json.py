@@ -182,6 +182,7 @@ class ChromeJsonWriter:
                 "damage": None if m.damage is None else {"offset": m.damage.offset, "reason": m.damage.reason},
                 "drops": m.drops,
                 "drops_per_cpu": (m.end or {}).get("drops"),
+                "drop_causes": (m.end or {}).get("drop_causes"),
                 "exit_code": (m.end or {}).get("exit_code"),
                 "stop_reason": (m.end or {}).get("reason"),
                 "other_thread": f"tid {OTHER_TID_BASE} + cpu, named {OTHER_COMM!r}: idle or an untracked task",

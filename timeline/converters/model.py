@@ -114,13 +114,32 @@ class LogModel:
         d = (self.end or {}).get("drops") or {}
         return {name: int(sum(v)) if isinstance(v, list) else int(v) for name, v in d.items()}
 
-    def drops_per_cpu(self) -> dict:
-        """cpu -> records dropped on that CPU, all rings together."""
+    def drops_per_cpu(self, cause: str | None = None) -> dict:
+        """cpu -> records dropped on that CPU, all rings together: every
+        loss, or those of one cause ("full", "refused") of END drop_causes.
+        A log written before causes were recorded counts all as "full"."""
+        end = self.end or {}
+        causes = end.get("drop_causes")
+        if cause is None or (causes is None and cause == "full"):
+            per_ring = (end.get("drops") or {}).values()
+        else:
+            per_ring = [c.get(cause) for c in (causes or {}).values()]
         out: dict[int, int] = {}
-        for v in ((self.end or {}).get("drops") or {}).values():
+        for v in per_ring:
             if isinstance(v, list):
                 for cpu, n in enumerate(v):
                     out[cpu] = out.get(cpu, 0) + int(n)
+        return out
+
+    @property
+    def refused(self) -> dict:
+        """ring name -> (records the kernel refused with room left, the most
+        bytes pending at a refusal, ring bytes); only rings with refusals."""
+        out = {}
+        for name, c in ((self.end or {}).get("drop_causes") or {}).items():
+            n = int(sum(c.get("refused") or ()))
+            if n:
+                out[name] = (n, int(c.get("refused_max_pending", 0)), int(c.get("ring_bytes", 0)))
         return out
 
     @property

@@ -35,11 +35,13 @@ makes of it:
   so they, like the compact_sched comms, are each thread's final name (last
   rename/exec); the names over time stay in the task_rename events' args.
 - drops: ftrace_stats START_OF_TRACE (zeros) and END_OF_TRACE with per-CPU
-  `overrun` and `dropped_events` = records lost on that CPU in all rings ->
-  stats ftrace_cpu_overrun_end / _delta and ftrace_cpu_dropped_events_delta
-  (severity "error", so the UI flags the trace).  Per ring, a counter track
-  "timeline: <ring> records dropped" (0 at the start, the total at the end)
-  makes the loss queryable by ring name.
+  `dropped_events` = records lost on that CPU in all rings and `overrun` =
+  those lost to a full ring -> stats ftrace_cpu_dropped_events_delta and
+  ftrace_cpu_overrun_end / _delta (severity "error", so the UI flags the
+  trace).  Per ring, a counter track "timeline: <ring> records dropped" (0 at
+  the start, the total at the end) makes the loss queryable by ring name; a
+  ring whose records the kernel refused with room left (not a full ring) gets
+  "timeline: <ring> records refused by the kernel (ring not full)" too.
 """
 from __future__ import annotations
 
@@ -97,7 +99,7 @@ class PerfettoWriter:
         si.system_info.num_cpus = m.ncpu()
         self._packet(si)
         if m.end is not None:
-            self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, m.start_ts(), {})
+            self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, m.start_ts(), {}, {})
             self._drop_counters(m.start_ts(), start=True)
 
     def _clock_snapshot(self, clock: dict, first: bool = False) -> None:
@@ -113,21 +115,25 @@ class PerfettoWriter:
             pkt.clock_snapshot.primary_trace_clock = CLOCK_BOOTTIME
         self._packet(pkt)
 
-    def _ftrace_stats(self, phase: int, ts: int, overrun: dict) -> None:
+    def _ftrace_stats(self, phase: int, ts: int, lost: dict, overrun: dict) -> None:
         pkt = pb.TracePacket(timestamp=ts)
         pkt.ftrace_stats.phase = phase
         for cpu in range(self.m.ncpu()):
-            n = int(overrun.get(cpu, 0))
-            pkt.ftrace_stats.cpu_stats.add(cpu=cpu, overrun=n, dropped_events=n)
+            pkt.ftrace_stats.cpu_stats.add(cpu=cpu, overrun=int(overrun.get(cpu, 0)),
+                                           dropped_events=int(lost.get(cpu, 0)))
         self._packet(pkt)
 
     def _drop_counters(self, ts: int, start: bool) -> None:
-        for i, (ring, n) in enumerate(sorted(self.m.drops.items())):
+        tracks = [(f"timeline: {ring} records dropped", n) for ring, n in sorted(self.m.drops.items())]
+        # Refusals are part of the drops above; their own track says the ring was not full.
+        tracks += [(f"timeline: {ring} records refused by the kernel (ring not full)", n)
+                   for ring, (n, _, _) in sorted(self.m.refused.items())]
+        for i, (name, n) in enumerate(tracks):
             uuid = 0x71DE_0000 + i
             if start:
                 d = pb.TracePacket()
                 d.track_descriptor.uuid = uuid
-                d.track_descriptor.name = f"timeline: {ring} records dropped"
+                d.track_descriptor.name = name
                 d.track_descriptor.counter.SetInParent()
                 if i == 0:
                     d.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
@@ -297,7 +303,7 @@ class PerfettoWriter:
         procs = [p.pid for p in m.processes.values() if p.end_ts is None]
         self._process_tree(end, sorted(procs), sorted(live), final=True)
         if m.end is not None:
-            self._ftrace_stats(pb.FtraceStats.END_OF_TRACE, end, m.drops_per_cpu())
+            self._ftrace_stats(pb.FtraceStats.END_OF_TRACE, end, m.drops_per_cpu(), m.drops_per_cpu("full"))
             self._drop_counters(end, start=False)
             ce = m.end.get("clock_end") or {}
             if all(ce.get(k) is not None for k in ("boottime_ns", "realtime_ns")):
