@@ -62,7 +62,9 @@ CATALOG: tuple[Check, ...] = (
         "dropped_events", "Dropped events", ("drops",),
         why="Events the kernel could not queue are missing from the trace: every other check sees "
             "less than what happened (gaps in thread states, missing switches).",
-        fix="Record again with a larger --buffer-size (MiB, power of two) or a shorter --flush-interval.",
+        fix="Record again with a larger --buffer-size (MiB, power of two) or a shorter --flush-interval; "
+            "losses the recorder reports as refused by the kernel with room left (summary, 'records refused' "
+            "track) are not helped by a bigger buffer.",
         params=(P("error_fraction", 0.01, "dropped / (recorded + dropped) from which the finding is an "
                                           "error (any drop is at least a warning)"),)),
     Check(

@@ -1,6 +1,7 @@
--- Events lost to full ring buffers: per-CPU ftrace stats (overrun_end and
--- dropped_events_delta say the same thing; take the larger) and the
--- recorder's cumulative 'timeline: <family> records dropped' counters.
+-- Events lost in the ring buffers: per-CPU ftrace stats (overrun_end counts
+-- full-ring losses, dropped_events_delta every loss, refusals with room left
+-- included; take the larger) and the recorder's cumulative
+-- 'timeline: <family> records dropped' counters.
 create or replace perfetto table _tl_de_cpu as
 select idx as cpu, max(value) as dropped from stats
 where name in ('ftrace_cpu_overrun_end', 'ftrace_cpu_dropped_events_delta') and idx is not null
