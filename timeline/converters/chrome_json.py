@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from .bulk_text import KeyIndex, decimal_times
 from .model import OTHER_COMM, OTHER_TID_BASE, CpuSched, LogModel
 from .track_events import ChromeTrackSink
 
@@ -30,6 +31,7 @@ DEFAULT_PRIO = 120
 _STATE_BITS = ((0x01, "S"), (0x02, "D"), (0x04, "T"), (0x08, "t"), (0x10, "X"),
                (0x20, "Z"), (0x40, "P"), (0x80, "I"))
 _PREEMPT = 0x100  # TASK_REPORT_MAX: preempted while runnable, printed "R+"
+_NO_LINE = (1 << 31) - 1  # "no next line" in a join key (line ids stay below)
 
 
 def state_str(v: int) -> str:
@@ -66,8 +68,13 @@ class ChromeJsonWriter:
         self.prev_part = _Cache(lambda t: f"prev_comm={self.comm[t]} prev_pid={t} prev_prio=")
         self.next_part = _Cache(lambda t: f"next_comm={self.comm[t]} next_pid={t} next_prio=")
         self.state = _Cache(state_str)
-        self._switch_suffix = _Cache(self._make_switch_suffix)
-        self._waking_suffix = _Cache(self._make_waking_suffix)
+        # distinct lines (all but the timestamp) and pairs of consecutive ones
+        self._lines = KeyIndex(4)
+        self._line_start: list[bytes] = []
+        self._line_end: list[bytes] = []
+        self._joins = KeyIndex(1)
+        self._join_text = np.empty(64, object)  # by join id: bytes
+        self._n_joins = 0
         # Families (CUDA, I/O, counters...) write events through this.
         self.sink = ChromeTrackSink(model.thread_tgid)
 
@@ -114,51 +121,82 @@ class ChromeJsonWriter:
         return evs
 
     def sched(self, chunks: list[CpuSched]) -> None:
+        """All chunks of a raw block at once, lines assembled with numpy.
+
+        A line is "<start><sec>.<ns>5: <event>: <args>\\n", where start is
+        "<comm>-<tid> (<tgid>) [<cpu>] <flags> " of the task it names.  The
+        text between two timestamps, "5: <event>: <args>\\n<start of the next
+        line>", depends only on the two lines' fields, few combinations of
+        which occur: each is built once (a "join"), so a line costs its digits
+        and a gather of its join.
+        """
+        n = sum(c.sw_ts.size + c.wk_ts.size for c in chunks)
+        if not n:
+            return
+        # Per line, switches then wakings of each chunk: the task the line
+        # starts with, the other task, two prios, state or target CPU, kind+CPU.
+        head, other, prio_a, prio_b, arg, kc, ts = (np.empty(n, np.int64) for _ in range(7))
+        order = []  # per chunk, its lines in time order
+        o = 0
         for c in chunks:
-            lines = self._switch_lines(c) + self._waking_lines(c)
-            if c.wk_ts.size and c.sw_ts.size:  # keep the CPU's lines in time order
-                order = np.argsort(np.concatenate([c.sw_ts, c.wk_ts]), kind="stable")
-                lines = [lines[i] for i in order.tolist()]
-            if lines:
-                self._w("\\n".join(lines) + "\\n")
+            ns_, nw = c.sw_ts.size, c.wk_ts.size
+            if ns_:
+                sl = slice(o, o + ns_)
+                head[sl], other[sl], arg[sl], prio_b[sl], ts[sl] = c.sw_prev, c.sw_next, c.sw_state, c.sw_prio, c.sw_ts
+                prio_a[o] = self._prio.get(c.cpu, DEFAULT_PRIO)  # prev_prio: the prio it was switched in with
+                prio_a[o + 1: o + ns_] = c.sw_prio[:-1]
+                self._prio[c.cpu] = int(c.sw_prio[-1])
+                kc[sl] = c.cpu << 1
+            if nw:
+                sl = slice(o + ns_, o + ns_ + nw)
+                head[sl], other[sl], arg[sl], prio_a[sl], ts[sl] = c.wk_waker, c.wk_woken, c.wk_cpu, c.wk_prio, c.wk_ts
+                prio_b[sl] = 0
+                kc[sl] = (c.cpu << 1) | 1
+            if ns_ and nw:
+                # two sorted runs: a stable sort merges them, switches first at equal times
+                order.append(o + np.argsort(ts[o: o + ns_ + nw], kind="stable"))
+            else:
+                order.append(np.arange(o, o + ns_ + nw))
+            o += ns_ + nw
+        # tids and prios are 32-bit values: two to a key column
+        tids = (head.view(np.uint64) << np.uint64(32)) | other.view(np.uint64)
+        prios = prio_a * (1 << 32) + (prio_b & 0xFFFFFFFF)
+        line, new_ids, new_rows = self._lines.lookup([tids.view(np.int64), prios, arg, kc])
+        for i in new_rows.tolist():
+            self._add_line(int(head[i]), int(other[i]), int(prio_a[i]), int(prio_b[i]), int(arg[i]), int(kc[i]))
+        order = np.concatenate(order)
+        line, ts = line[order], ts[order]
+        # join of each line with the next; the last one ends the block's text
+        nxt = np.empty(n, np.int64)
+        nxt[:-1], nxt[-1] = line[1:], _NO_LINE
+        join, new_ids, new_rows = self._joins.lookup([(line << 31) | nxt])
+        self._add_joins([self._line_end[int(line[i])] +
+                         (self._line_start[int(nxt[i])] if nxt[i] != _NO_LINE else b"")
+                         for i in new_rows.tolist()])
+        parts = [self._line_start[int(line[0])]] * (2 * n + 1)  # (Python lists interleave fastest)
+        parts[1::2] = decimal_times(ts)
+        parts[2::2] = self._join_text[join].tolist()
+        self._wb(b"".join(parts))
 
-    @staticmethod
-    def _sec_ns(ts: np.ndarray) -> tuple[list, list]:
-        sec, ns = np.divmod(ts, 1_000_000_000)
-        return sec.tolist(), ns.tolist()
+    def _add_joins(self, pieces: list[bytes]) -> None:
+        n = self._n_joins + len(pieces)
+        if n > self._join_text.size:
+            grown = np.empty(max(n, 2 * self._join_text.size), object)
+            grown[: self._n_joins] = self._join_text[: self._n_joins]
+            self._join_text = grown
+        self._join_text[self._n_joins: n] = pieces
+        self._n_joins = n
 
-    def _switch_lines(self, c: CpuSched) -> list[str]:
-        if c.sw_ts.size == 0:
-            return []
-        cpu = f"[{c.cpu:03d}] ....."
-        prio = c.sw_prio.tolist()
-        prev_prio = [self._prio.get(c.cpu, DEFAULT_PRIO)] + prio[:-1]
-        self._prio[c.cpu] = prio[-1]
-        head, suffix = self.head, self._switch_suffix
-        sec, ns = self._sec_ns(c.sw_ts)
-        # Everything after the timestamp depends only on (prev, next, state,
-        # prios): a few combinations repeat, so each text is built once.
-        return [f"{head[p]}{cpu} {s}.{n:09d}5: sched_switch: {suffix[(p, x, st, pp, pr)]}"
-                for s, n, p, x, st, pp, pr in zip(sec, ns, c.sw_prev.tolist(), c.sw_next.tolist(),
-                                                   c.sw_state.tolist(), prev_prio, prio)]
-
-    def _make_switch_suffix(self, key) -> str:
-        p, x, st, pp, pr = key
-        return f"{self.prev_part[p]}{pp} prev_state={self.state[st]} ==> {self.next_part[x]}{pr}"
-
-    def _waking_lines(self, c: CpuSched) -> list[str]:
-        if c.wk_ts.size == 0:
-            return []
-        cpu = f"[{c.cpu:03d}] d..3."
-        head, suffix = self.head, self._waking_suffix
-        sec, ns = self._sec_ns(c.wk_ts)
-        return [f"{head[w]}{cpu} {s}.{n:09d}5: sched_waking: {suffix[(k, pr, tc)]}"
-                for s, n, w, k, pr, tc in zip(sec, ns, c.wk_waker.tolist(), c.wk_woken.tolist(),
-                                              c.wk_prio.tolist(), c.wk_cpu.tolist())]
-
-    def _make_waking_suffix(self, key) -> str:
-        k, pr, tc = key
-        return f"comm={self.comm[k]} pid={k} prio={pr} target_cpu={tc:03d}"
+    def _add_line(self, head: int, other: int, prio_a: int, prio_b: int, arg: int, kc: int) -> None:
+        """Text of a new distinct line (all but its timestamp), in two parts."""
+        cpu, waking = kc >> 1, kc & 1
+        self._line_start.append(f"{self.head[head]}[{cpu:03d}] {'d..3.' if waking else '.....'} ".encode())
+        if waking:
+            end = f"comm={self.comm[other]} pid={other} prio={prio_a} target_cpu={arg:03d}"
+        else:
+            end = (f"{self.prev_part[head]}{prio_a} prev_state={self.state[arg]} ==> "
+                   f"{self.next_part[other]}{prio_b}")
+        self._line_end.append(f"5: {'sched_waking' if waking else 'sched_switch'}: {end}\\n".encode())
 
     def proc(self, recs: np.ndarray) -> None:
         pass  # names/cmdlines are already in the "M" events; the text parser ignores the rest
