@@ -231,3 +231,54 @@ def test_same_tables_as_perfetto(tmp_path, log, request):
     assert sorted(r[2:4] for r in js_state) == sorted(r[2:4] for r in pf_state)
     running = [r for r in js_state if r[2] == "Running"]
     assert running and running == [r for r in pf_state if r[2] == "Running"]
+
+
+# ------------------------------------------------------------------ the writer thread
+
+def _writer_for(raw, f):
+    from timeline.converters import model
+
+    m = model.scan(str(raw))
+    return chrome_json.ChromeJsonWriter(f, m), m
+
+
+def test_write_error_reaches_the_caller(tmp_path):
+    """Writes happen on a second thread; a failing one still fails the conversion."""
+    raw = many_switches(tmp_path / "m.tlraw", 20_000, block=1000)
+    from timeline.converters import model
+
+    class Full:
+        def __init__(self):
+            self.writes = 0
+
+        def write(self, b):
+            self.writes += 1
+            if self.writes > 3:
+                raise OSError(28, "No space left on device")
+
+    f = Full()
+    w, m = _writer_for(raw, f)
+    norm = model.SchedNormalizer(m, leading=False)
+    with pytest.raises(OSError, match="No space"):
+        w.begin()
+        for item in model.stream(m, norm):
+            if item.kind == "sched":
+                w.sched(item.chunks)
+        w.finish()
+    assert f.writes == 4  # nothing written after the failure
+
+
+def test_abandoned_writer_thread_ends(tmp_path):
+    """A conversion stopped by an exception never reaches finish(): its thread
+    must not outlive the writer."""
+    import gc
+    import io
+
+    w, _ = _writer_for(scenario(tmp_path / "s.tlraw"), io.BytesIO())
+    w.begin()
+    thread = w._out._thread
+    assert thread.is_alive()
+    del w
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()

@@ -19,6 +19,10 @@ and truncates; the extra half keeps the result on the exact nanosecond.
 """
 from __future__ import annotations
 
+import queue
+import threading
+import weakref
+
 import numpy as np
 import orjson
 
@@ -32,6 +36,7 @@ _STATE_BITS = ((0x01, "S"), (0x02, "D"), (0x04, "T"), (0x08, "t"), (0x10, "X"),
                (0x20, "Z"), (0x40, "P"), (0x80, "I"))
 _PREEMPT = 0x100  # TASK_REPORT_MAX: preempted while runnable, printed "R+"
 _NO_LINE = (1 << 31) - 1  # "no next line" in a join key (line ids stay below)
+_SHIFT32, _MASK32, _U32 = 1 << 32, 0xFFFFFFFF, np.uint64(32)
 
 
 def state_str(v: int) -> str:
@@ -56,9 +61,64 @@ class _Cache(dict):
         return v
 
 
+class _WriterThread:
+    """Writes byte strings to f from a second thread, in order.
+
+    zlib (.json.gz) and the write syscall release the GIL, so compressing and
+    writing one block overlaps with building the next block's text; at gzip
+    level 5 compressing costs more per line than everything else.
+    """
+
+    def __init__(self, f, depth: int = 3):
+        self._q: queue.Queue = queue.Queue(depth)
+        self._error: list[BaseException] = []
+        self._thread = threading.Thread(target=_write_loop, args=(f, self._q, self._error),
+                                        name="timeline-json-writer", daemon=True)
+        self._thread.start()
+        # a conversion stopped by an exception never calls close(): end the
+        # thread when this object goes away
+        self._finalizer = weakref.finalize(self, _abandon, self._q)
+
+    def write(self, b: bytes) -> None:
+        if self._error:
+            raise self._error[0]
+        self._q.put(b)
+
+    def close(self) -> None:
+        """Wait until everything is written; raise the first write error."""
+        self._finalizer.detach()
+        self._q.put(None)
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+
+
+def _write_loop(f, q: queue.Queue, error: list) -> None:
+    while (b := q.get()) is not None:
+        if not error:  # after a failure only drain: the writer raises it
+            try:
+                f.write(b)
+            except BaseException as e:  # noqa: BLE001 - handed to the converting thread
+                error.append(e)
+
+
+def _abandon(q: queue.Queue) -> None:
+    """Stop the thread; what is still queued is dropped with the conversion."""
+    while True:
+        try:
+            q.put_nowait(None)
+            return
+        except queue.Full:
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                pass
+
+
 class ChromeJsonWriter:
     def __init__(self, f, model: LogModel):
         self.f = f
+        self._out: _WriterThread | None = None  # from begin() to finish()
         self.m = model
         self.out_bytes = 0
         self._prio: dict[int, int] = {}   # cpu -> prio of the task running there
@@ -82,7 +142,7 @@ class ChromeJsonWriter:
         self._wb(s.encode())
 
     def _wb(self, b: bytes) -> None:
-        self.f.write(b)
+        (self._out or self.f).write(b)
         self.out_bytes += len(b)
 
     # -- names
@@ -102,6 +162,7 @@ class ChromeJsonWriter:
         # Sched text streams first; traceEvents (names + family events spooled
         # by the sink) are written at the end: trace_processor accepts the
         # top-level keys in any order.
+        self._out = _WriterThread(self.f)
         self._w('{"systemTraceEvents":"# tracer: nop\\n#\\n')
 
     def _metadata_events(self) -> list[dict]:
@@ -133,37 +194,39 @@ class ChromeJsonWriter:
         n = sum(c.sw_ts.size + c.wk_ts.size for c in chunks)
         if not n:
             return
-        # Per line, switches then wakings of each chunk: the task the line
-        # starts with, the other task, two prios, state or target CPU, kind+CPU.
-        head, other, prio_a, prio_b, arg, kc, ts = (np.empty(n, np.int64) for _ in range(7))
+        # Per line (switches then wakings of each chunk) its key columns: the
+        # task it starts with and the other task, two prios (32-bit values,
+        # two to a column), state or target CPU, CPU and kind.
+        tids, prios, arg, kc, ts = (np.empty(n, np.int64) for _ in range(5))
+        tids_u = tids.view(np.uint64)
         order = []  # per chunk, its lines in time order
         o = 0
         for c in chunks:
             ns_, nw = c.sw_ts.size, c.wk_ts.size
             if ns_:
                 sl = slice(o, o + ns_)
-                head[sl], other[sl], arg[sl], prio_b[sl], ts[sl] = c.sw_prev, c.sw_next, c.sw_state, c.sw_prio, c.sw_ts
-                prio_a[o] = self._prio.get(c.cpu, DEFAULT_PRIO)  # prev_prio: the prio it was switched in with
-                prio_a[o + 1: o + ns_] = c.sw_prio[:-1]
+                tids_u[sl] = (c.sw_prev.view(np.uint64) << _U32) | c.sw_next.view(np.uint64)
+                # prev_prio: the prio the task was switched in with
+                prios[o] = self._prio.get(c.cpu, DEFAULT_PRIO) * _SHIFT32 + (int(c.sw_prio[0]) & _MASK32)
+                prios[o + 1: o + ns_] = c.sw_prio[:-1] * _SHIFT32 + (c.sw_prio[1:] & _MASK32)
                 self._prio[c.cpu] = int(c.sw_prio[-1])
-                kc[sl] = c.cpu << 1
+                arg[sl], ts[sl], kc[sl] = c.sw_state, c.sw_ts, c.cpu << 1
             if nw:
                 sl = slice(o + ns_, o + ns_ + nw)
-                head[sl], other[sl], arg[sl], prio_a[sl], ts[sl] = c.wk_waker, c.wk_woken, c.wk_cpu, c.wk_prio, c.wk_ts
-                prio_b[sl] = 0
-                kc[sl] = (c.cpu << 1) | 1
+                tids_u[sl] = (c.wk_waker.view(np.uint64) << _U32) | c.wk_woken.view(np.uint64)
+                prios[sl] = c.wk_prio * _SHIFT32
+                arg[sl], ts[sl], kc[sl] = c.wk_cpu, c.wk_ts, (c.cpu << 1) | 1
             if ns_ and nw:
                 # two sorted runs: a stable sort merges them, switches first at equal times
                 order.append(o + np.argsort(ts[o: o + ns_ + nw], kind="stable"))
             else:
                 order.append(np.arange(o, o + ns_ + nw))
             o += ns_ + nw
-        # tids and prios are 32-bit values: two to a key column
-        tids = (head.view(np.uint64) << np.uint64(32)) | other.view(np.uint64)
-        prios = prio_a * (1 << 32) + (prio_b & 0xFFFFFFFF)
-        line, new_ids, new_rows = self._lines.lookup([tids.view(np.int64), prios, arg, kc])
+        line, new_ids, new_rows = self._lines.lookup([tids, prios, arg, kc])
         for i in new_rows.tolist():
-            self._add_line(int(head[i]), int(other[i]), int(prio_a[i]), int(prio_b[i]), int(arg[i]), int(kc[i]))
+            self._add_line(int(tids_u[i]), int(prios[i]), int(arg[i]), int(kc[i]))
+        if self._lines.n >= _NO_LINE:
+            raise ValueError("too many distinct sched lines")
         order = np.concatenate(order)
         line, ts = line[order], ts[order]
         # join of each line with the next; the last one ends the block's text
@@ -187,8 +250,10 @@ class ChromeJsonWriter:
         self._join_text[self._n_joins: n] = pieces
         self._n_joins = n
 
-    def _add_line(self, head: int, other: int, prio_a: int, prio_b: int, arg: int, kc: int) -> None:
+    def _add_line(self, tids: int, prios: int, arg: int, kc: int) -> None:
         """Text of a new distinct line (all but its timestamp), in two parts."""
+        head, other = tids >> 32, tids & _MASK32
+        prio_a, prio_b = prios >> 32, ((prios & _MASK32) ^ 0x80000000) - 0x80000000
         cpu, waking = kc >> 1, kc & 1
         self._line_start.append(f"{self.head[head]}[{cpu:03d}] {'d..3.' if waking else '.....'} ".encode())
         if waking:
@@ -231,6 +296,9 @@ class ChromeJsonWriter:
         self._w('],\n"metadata":')
         self._w(orjson.dumps(meta).decode())
         self._w("}\n")
+        out, self._out = self._out, None
+        if out is not None:
+            out.close()
 
 
 __all__ = ["ChromeJsonWriter", "state_str"]
