@@ -195,11 +195,18 @@ def _tables(path):
 
 @pytest.mark.parametrize("log", ["scenario", "many", "recorded"])
 def test_same_tables_as_perfetto(tmp_path, log, request):
-    """thread_state is compared from each thread's first time on a CPU: before
-    that the protobuf has a runnable state from the fork (task_newtask), which
-    the text parser ignores.  Real data and plausible logs only: with made-up
-    states (0x402, S|D) or a waking at the very ns of a switch, trace
-    processor's text and compact parsers disagree whatever we write."""
+    """sched is the same table from both formats; so is thread_state on the
+    made-up logs, from each thread's first time on a CPU (before that the
+    protobuf has a runnable state from the fork, task_newtask, which the text
+    parser ignores).
+
+    On real recordings trace_processor's text and compact parsers differ in
+    ways no writer can change, all seen here: a text line names its waker,
+    compact sched leaves the waker to whatever it believes runs on that CPU;
+    compact wakings before a CPU's first switch are skipped
+    (compact_sched_waking_skipped); an R state ended by a zero-length bridging
+    switch stays open in one of them.  There only the Running states are
+    compared."""
     pytest.importorskip("timeline.trace_processor")
     if log == "recorded":
         raw = request.getfixturevalue("recorded_raw")
@@ -213,6 +220,11 @@ def test_same_tables_as_perfetto(tmp_path, log, request):
     pf_sched, pf_state = _tables(tmp_path / "t.pftrace")
     assert len(js_sched) >= 19
     assert js_sched == pf_sched
+    if log == "recorded":
+        running = [r for r in js_state if r[2] == "Running"]
+        assert len(running) >= len(js_sched) // 2
+        assert running == [r for r in pf_state if r[2] == "Running"]
+        return
     first_run: dict[int, int] = {}
     for _, ts, _, tid, _, _ in js_sched:
         first_run[tid] = min(ts, first_run.get(tid, ts))
@@ -220,17 +232,7 @@ def test_same_tables_as_perfetto(tmp_path, log, request):
         return [r for r in rows if r[3] in first_run and r[0] >= first_run[r[3]]]
     js_state, pf_state = since_first_run(js_state), since_first_run(pf_state)
     assert len(js_state) > len(js_sched)
-    if log != "recorded":
-        assert js_state == pf_state
-        return
-    # Real wakings: a text line names its waker, while from compact sched
-    # trace_processor takes whatever it believes runs on that CPU (seen: a
-    # tracked waker vs "other"), and a new thread's R state can start at its
-    # task_newtask in the protobuf.  Which states, how many, and when each
-    # thread ran stay equal.
-    assert sorted(r[2:4] for r in js_state) == sorted(r[2:4] for r in pf_state)
-    running = [r for r in js_state if r[2] == "Running"]
-    assert running and running == [r for r in pf_state if r[2] == "Running"]
+    assert js_state == pf_state
 
 
 # ------------------------------------------------------------------ the writer thread

@@ -16,6 +16,10 @@ fork/exit times and process parentage are not in this format.
 Text line timestamps are seconds with ten decimals: the nanoseconds plus a
 trailing 5 (half a nanosecond), because the parser multiplies a double by 1e9
 and truncates; the extra half keeps the result on the exact nanosecond.
+
+The text is built a raw block at a time with numpy (sched(), bulk_text): per
+line only its digits are new, the rest is gathered from pieces built once.
+A second thread writes (and gzips) while the next block is built.
 """
 from __future__ import annotations
 
