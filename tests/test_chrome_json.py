@@ -117,8 +117,8 @@ def edge_log(path, wide_cpus: bool = True) -> str:
                          prev_tracked=prev in tids, next_tracked=nxt in tids)
                 running[c] = nxt
                 if rng.random() < 0.5:
-                    b.waking(ts, c, int(rng.choice(tids + [0])),
-                             int(rng.choice(tids + [4242])), int(rng.choice([0, 5, 99, 100, ncpu - 1, 1500 if wide_cpus else 1])),
+                    target_cpu = int(rng.choice([0, 5, 99, 100, ncpu - 1, 1500 if wide_cpus else 1]))
+                    b.waking(ts, c, int(rng.choice(tids + [0])), int(rng.choice(tids + [4242])), target_cpu,
                              prio=int(rng.choice(prios)))
             if step % 17 == 16:
                 b.flush()
