@@ -16,12 +16,21 @@ fork/exit times and process parentage are not in this format.
 Text line timestamps are seconds with ten decimals: the nanoseconds plus a
 trailing 5 (half a nanosecond), because the parser multiplies a double by 1e9
 and truncates; the extra half keeps the result on the exact nanosecond.
+
+The text is built a raw block at a time with numpy (sched(), bulk_text): per
+line only its digits are new, the rest is gathered from pieces built once.
+A second thread writes (and gzips) while the next block is built.
 """
 from __future__ import annotations
+
+import queue
+import threading
+import weakref
 
 import numpy as np
 import orjson
 
+from .bulk_text import KeyIndex, decimal_times
 from .model import OTHER_COMM, OTHER_TID_BASE, CpuSched, LogModel
 from .track_events import ChromeTrackSink
 
@@ -30,6 +39,8 @@ DEFAULT_PRIO = 120
 _STATE_BITS = ((0x01, "S"), (0x02, "D"), (0x04, "T"), (0x08, "t"), (0x10, "X"),
                (0x20, "Z"), (0x40, "P"), (0x80, "I"))
 _PREEMPT = 0x100  # TASK_REPORT_MAX: preempted while runnable, printed "R+"
+_NO_LINE = (1 << 31) - 1  # "no next line" in a join key (line ids stay below)
+_SHIFT32, _MASK32, _U32 = 1 << 32, 0xFFFFFFFF, np.uint64(32)
 
 
 def state_str(v: int) -> str:
@@ -54,9 +65,64 @@ class _Cache(dict):
         return v
 
 
+class _WriterThread:
+    """Writes byte strings to f from a second thread, in order.
+
+    zlib (.json.gz) and the write syscall release the GIL, so compressing and
+    writing one block overlaps with building the next block's text; at gzip
+    level 5 compressing costs more per line than everything else.
+    """
+
+    def __init__(self, f, depth: int = 3):
+        self._q: queue.Queue = queue.Queue(depth)
+        self._error: list[BaseException] = []
+        self._thread = threading.Thread(target=_write_loop, args=(f, self._q, self._error),
+                                        name="timeline-json-writer", daemon=True)
+        self._thread.start()
+        # a conversion stopped by an exception never calls close(): end the
+        # thread when this object goes away
+        self._finalizer = weakref.finalize(self, _abandon, self._q)
+
+    def write(self, b: bytes) -> None:
+        if self._error:
+            raise self._error[0]
+        self._q.put(b)
+
+    def close(self) -> None:
+        """Wait until everything is written; raise the first write error."""
+        self._finalizer.detach()
+        self._q.put(None)
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+
+
+def _write_loop(f, q: queue.Queue, error: list) -> None:
+    while (b := q.get()) is not None:
+        if not error:  # after a failure only drain: the writer raises it
+            try:
+                f.write(b)
+            except BaseException as e:  # noqa: BLE001 - handed to the converting thread
+                error.append(e)
+
+
+def _abandon(q: queue.Queue) -> None:
+    """Stop the thread; what is still queued is dropped with the conversion."""
+    while True:
+        try:
+            q.put_nowait(None)
+            return
+        except queue.Full:
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                pass
+
+
 class ChromeJsonWriter:
     def __init__(self, f, model: LogModel):
         self.f = f
+        self._out: _WriterThread | None = None  # from begin() to finish()
         self.m = model
         self.out_bytes = 0
         self._prio: dict[int, int] = {}   # cpu -> prio of the task running there
@@ -66,8 +132,13 @@ class ChromeJsonWriter:
         self.prev_part = _Cache(lambda t: f"prev_comm={self.comm[t]} prev_pid={t} prev_prio=")
         self.next_part = _Cache(lambda t: f"next_comm={self.comm[t]} next_pid={t} next_prio=")
         self.state = _Cache(state_str)
-        self._switch_suffix = _Cache(self._make_switch_suffix)
-        self._waking_suffix = _Cache(self._make_waking_suffix)
+        # distinct lines (all but the timestamp) and pairs of consecutive ones
+        self._lines = KeyIndex(4)
+        self._line_start: list[bytes] = []
+        self._line_end: list[bytes] = []
+        self._joins = KeyIndex(1)
+        self._join_text = np.empty(64, object)  # by join id: bytes
+        self._n_joins = 0
         # Families (CUDA, I/O, counters...) write events through this.
         self.sink = ChromeTrackSink(model.thread_tgid)
 
@@ -75,7 +146,7 @@ class ChromeJsonWriter:
         self._wb(s.encode())
 
     def _wb(self, b: bytes) -> None:
-        self.f.write(b)
+        (self._out or self.f).write(b)
         self.out_bytes += len(b)
 
     # -- names
@@ -95,6 +166,7 @@ class ChromeJsonWriter:
         # Sched text streams first; traceEvents (names + family events spooled
         # by the sink) are written at the end: trace_processor accepts the
         # top-level keys in any order.
+        self._out = _WriterThread(self.f)
         self._w('{"systemTraceEvents":"# tracer: nop\\n#\\n')
 
     def _metadata_events(self) -> list[dict]:
@@ -114,51 +186,86 @@ class ChromeJsonWriter:
         return evs
 
     def sched(self, chunks: list[CpuSched]) -> None:
+        """All chunks of a raw block at once, lines assembled with numpy.
+
+        A line is "<start><sec>.<ns>5: <event>: <args>\\n", where start is
+        "<comm>-<tid> (<tgid>) [<cpu>] <flags> " of the task it names.  The
+        text between two timestamps, "5: <event>: <args>\\n<start of the next
+        line>", depends only on the two lines' fields, few combinations of
+        which occur: each is built once (a "join"), so a line costs its digits
+        and a gather of its join.
+        """
+        n = sum(c.sw_ts.size + c.wk_ts.size for c in chunks)
+        if not n:
+            return
+        # Per line (switches then wakings of each chunk) its key columns: the
+        # task it starts with and the other task, two prios (32-bit values,
+        # two to a column), state or target CPU, CPU and kind.
+        tids, prios, arg, kc, ts = (np.empty(n, np.int64) for _ in range(5))
+        tids_u = tids.view(np.uint64)
+        order = []  # per chunk, its lines in time order
+        o = 0
         for c in chunks:
-            lines = self._switch_lines(c) + self._waking_lines(c)
-            if c.wk_ts.size and c.sw_ts.size:  # keep the CPU's lines in time order
-                order = np.argsort(np.concatenate([c.sw_ts, c.wk_ts]), kind="stable")
-                lines = [lines[i] for i in order.tolist()]
-            if lines:
-                self._w("\\n".join(lines) + "\\n")
+            ns_, nw = c.sw_ts.size, c.wk_ts.size
+            if ns_:
+                sl = slice(o, o + ns_)
+                tids_u[sl] = (c.sw_prev.view(np.uint64) << _U32) | c.sw_next.view(np.uint64)
+                # prev_prio: the prio the task was switched in with
+                prios[o] = self._prio.get(c.cpu, DEFAULT_PRIO) * _SHIFT32 + (int(c.sw_prio[0]) & _MASK32)
+                prios[o + 1: o + ns_] = c.sw_prio[:-1] * _SHIFT32 + (c.sw_prio[1:] & _MASK32)
+                self._prio[c.cpu] = int(c.sw_prio[-1])
+                arg[sl], ts[sl], kc[sl] = c.sw_state, c.sw_ts, c.cpu << 1
+            if nw:
+                sl = slice(o + ns_, o + ns_ + nw)
+                tids_u[sl] = (c.wk_waker.view(np.uint64) << _U32) | c.wk_woken.view(np.uint64)
+                prios[sl] = c.wk_prio * _SHIFT32
+                arg[sl], ts[sl], kc[sl] = c.wk_cpu, c.wk_ts, (c.cpu << 1) | 1
+            if ns_ and nw:
+                # two sorted runs: a stable sort merges them, switches first at equal times
+                order.append(o + np.argsort(ts[o: o + ns_ + nw], kind="stable"))
+            else:
+                order.append(np.arange(o, o + ns_ + nw))
+            o += ns_ + nw
+        line, new_ids, new_rows = self._lines.lookup([tids, prios, arg, kc])
+        for i in new_rows.tolist():
+            self._add_line(int(tids_u[i]), int(prios[i]), int(arg[i]), int(kc[i]))
+        if self._lines.n >= _NO_LINE:
+            raise ValueError("too many distinct sched lines")
+        order = np.concatenate(order)
+        line, ts = line[order], ts[order]
+        # join of each line with the next; the last one ends the block's text
+        nxt = np.empty(n, np.int64)
+        nxt[:-1], nxt[-1] = line[1:], _NO_LINE
+        join, new_ids, new_rows = self._joins.lookup([(line << 31) | nxt])
+        self._add_joins([self._line_end[int(line[i])] +
+                         (self._line_start[int(nxt[i])] if nxt[i] != _NO_LINE else b"")
+                         for i in new_rows.tolist()])
+        parts = [self._line_start[int(line[0])]] * (2 * n + 1)  # (Python lists interleave fastest)
+        parts[1::2] = decimal_times(ts)
+        parts[2::2] = self._join_text[join].tolist()
+        self._wb(b"".join(parts))
 
-    @staticmethod
-    def _sec_ns(ts: np.ndarray) -> tuple[list, list]:
-        sec, ns = np.divmod(ts, 1_000_000_000)
-        return sec.tolist(), ns.tolist()
+    def _add_joins(self, pieces: list[bytes]) -> None:
+        n = self._n_joins + len(pieces)
+        if n > self._join_text.size:
+            grown = np.empty(max(n, 2 * self._join_text.size), object)
+            grown[: self._n_joins] = self._join_text[: self._n_joins]
+            self._join_text = grown
+        self._join_text[self._n_joins: n] = pieces
+        self._n_joins = n
 
-    def _switch_lines(self, c: CpuSched) -> list[str]:
-        if c.sw_ts.size == 0:
-            return []
-        cpu = f"[{c.cpu:03d}] ....."
-        prio = c.sw_prio.tolist()
-        prev_prio = [self._prio.get(c.cpu, DEFAULT_PRIO)] + prio[:-1]
-        self._prio[c.cpu] = prio[-1]
-        head, suffix = self.head, self._switch_suffix
-        sec, ns = self._sec_ns(c.sw_ts)
-        # Everything after the timestamp depends only on (prev, next, state,
-        # prios): a few combinations repeat, so each text is built once.
-        return [f"{head[p]}{cpu} {s}.{n:09d}5: sched_switch: {suffix[(p, x, st, pp, pr)]}"
-                for s, n, p, x, st, pp, pr in zip(sec, ns, c.sw_prev.tolist(), c.sw_next.tolist(),
-                                                   c.sw_state.tolist(), prev_prio, prio)]
-
-    def _make_switch_suffix(self, key) -> str:
-        p, x, st, pp, pr = key
-        return f"{self.prev_part[p]}{pp} prev_state={self.state[st]} ==> {self.next_part[x]}{pr}"
-
-    def _waking_lines(self, c: CpuSched) -> list[str]:
-        if c.wk_ts.size == 0:
-            return []
-        cpu = f"[{c.cpu:03d}] d..3."
-        head, suffix = self.head, self._waking_suffix
-        sec, ns = self._sec_ns(c.wk_ts)
-        return [f"{head[w]}{cpu} {s}.{n:09d}5: sched_waking: {suffix[(k, pr, tc)]}"
-                for s, n, w, k, pr, tc in zip(sec, ns, c.wk_waker.tolist(), c.wk_woken.tolist(),
-                                              c.wk_prio.tolist(), c.wk_cpu.tolist())]
-
-    def _make_waking_suffix(self, key) -> str:
-        k, pr, tc = key
-        return f"comm={self.comm[k]} pid={k} prio={pr} target_cpu={tc:03d}"
+    def _add_line(self, tids: int, prios: int, arg: int, kc: int) -> None:
+        """Text of a new distinct line (all but its timestamp), in two parts."""
+        head, other = tids >> 32, tids & _MASK32
+        prio_a, prio_b = prios >> 32, ((prios & _MASK32) ^ 0x80000000) - 0x80000000
+        cpu, waking = kc >> 1, kc & 1
+        self._line_start.append(f"{self.head[head]}[{cpu:03d}] {'d..3.' if waking else '.....'} ".encode())
+        if waking:
+            end = f"comm={self.comm[other]} pid={other} prio={prio_a} target_cpu={arg:03d}"
+        else:
+            end = (f"{self.prev_part[head]}{prio_a} prev_state={self.state[arg]} ==> "
+                   f"{self.next_part[other]}{prio_b}")
+        self._line_end.append(f"5: {'sched_waking' if waking else 'sched_switch'}: {end}\\n".encode())
 
     def proc(self, recs: np.ndarray) -> None:
         pass  # names/cmdlines are already in the "M" events; the text parser ignores the rest
@@ -194,6 +301,9 @@ class ChromeJsonWriter:
         self._w('],\n"metadata":')
         self._w(orjson.dumps(meta).decode())
         self._w("}\n")
+        out, self._out = self._out, None
+        if out is not None:
+            out.close()
 
 
 __all__ = ["ChromeJsonWriter", "state_str"]
