@@ -193,8 +193,8 @@ def cuda_main(args, d: str) -> None:
             print(f"{fmt:8s} {k:4s} median {med:6.2f} s (runs {', '.join(f'{t:.2f}' for t in times[k])})  "
                   f"{calls / med / 1e3:7.0f}k calls/s  {sizes[k] / calls:6.1f} bytes/call  peak RSS {rss[k]:.0f} MB")
         if "old" in trees:
-            print(f"{fmt:8s} new/old speed ratio {statistics.median(times['old']) / statistics.median(times['new']):.2f}x, "
-                  f"size ratio {sizes['new'] / sizes['old']:.3f}")
+            ratio = statistics.median(times["old"]) / statistics.median(times["new"])
+            print(f"{fmt:8s} new/old speed ratio {ratio:.2f}x, size ratio {sizes['new'] / sizes['old']:.3f}")
 
 
 def main() -> None:
