@@ -27,6 +27,11 @@ from .resolve import MapsIndex
 BIN_NS = 100_000_000  # rate counters: 0.1 s bins
 LAUNCH_ROLES = ("launch_rt", "launch_cfg", "launch_cu")
 FLOW_BASE = 0xC0DA << 32  # flow ids of this family (unique in the trace)
+# Allocations and frees seen in pass 1: t is when the counter changes (an
+# allocation's return, a free's entry), ts/tid identify the call's slice.
+MEM = np.dtype([("t", "<u8"), ("ts", "<u8"), ("tid", "<u4"), ("pid", "<u4"), ("host", "?"), ("alloc", "?"),
+                ("ptr", "<u8"), ("size", "<u8")])
+MEM_COUNTERS = ("cuda.allocated_bytes", "cuda.host_allocated_bytes")
 
 
 class CudaConverter(FamilyConverter):
@@ -41,9 +46,10 @@ class CudaConverter(FamilyConverter):
         self.comms: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, comm) -> (rank, nranks)
         self.graph_ev: list[tuple] = []                    # (ts, tid, role, pid, a0, a1, out, ok)
         self.flows: dict[tuple[int, int], list] = {}       # (tid, ts) -> [flow_in, flow_out]
-        self.mem: list[tuple] = []                         # (ts, pid, role, ptr, size)
+        self.mem: list[np.ndarray] = []                    # MEM records, in log order
+        self.free_size: dict[tuple[int, int], int] = {}    # (tid, ts) of a free -> size it released
+        self.mem_series: list[tuple] = []                  # (counter name, pid, t, bytes) arrays
         self.rates: dict[tuple[int, str], dict[int, float]] = {}
-        self.live: dict[tuple[int, int], int] = {}         # (pid, ptr) -> size, while emitting
         self._linked = False
 
     # -- pass 1 -------------------------------------------------------------
@@ -77,12 +83,9 @@ class CudaConverter(FamilyConverter):
                     self.comms[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]) & 0xFFFFFFFF,
                                                                    int(r["args"][1]) & 0xFFFFFFFF)
             elif role in ("alloc_dev", "alloc_host"):
-                for r in g[gok & has_out[sel] & (g["out"] != 0)]:
-                    self.mem.append((int(r["ts"]) + int(r["dur"]), int(r["tgid"]), role, int(r["out"]),
-                                     int(r["args"][1])))
+                self._mem(g[gok & has_out[sel] & (g["out"] != 0)], role)
             elif role in ("free_dev", "free_host"):
-                for r in g[gok]:
-                    self.mem.append((int(r["ts"]), int(r["tgid"]), role, int(r["args"][0]), 0))
+                self._mem(g[gok], role)
             elif role in ("copy", "copy2d", "copy_peer"):
                 g, a = g[gok], a[gok]
                 kinds = self._copy_kinds(p, a)
@@ -92,6 +95,48 @@ class CudaConverter(FamilyConverter):
                     self._rates(g[m], "cuda.memcpy_bytes_per_s." + k, nbytes[m].astype(np.float64))
             elif role in LAUNCH_ROLES:
                 self._rates(g[gok], "cuda.launches_per_s", np.ones(int(gok.sum())))
+
+    def _mem(self, g: np.ndarray, role: str) -> None:
+        m = np.zeros(g.size, MEM)
+        alloc = role.startswith("alloc")
+        m["t"] = g["ts"] + g["dur"] if alloc else g["ts"]
+        m["ts"], m["tid"], m["pid"], m["host"], m["alloc"] = g["ts"], g["tid"], g["tgid"], role.endswith("host"), alloc
+        m["ptr"] = g["out"] if alloc else g["args"][:, 0]
+        m["size"] = g["args"][:, 1] if alloc else 0
+        self.mem.append(m)
+
+    def _match_memory(self) -> None:
+        """Pair each free with the allocation it releases, in time order.
+
+        A free releases the pointer's latest allocation if nothing freed it
+        since (else it is a double free or of memory allocated before the
+        recording, and changes nothing).  Gives the size of each free's slice
+        and the per-process allocated-bytes series.
+        """
+        if not self.mem:
+            return
+        m = np.concatenate(self.mem)
+        # stable: calls at the same time keep their log order
+        s = m[np.lexsort((m["t"], m["ptr"], m["pid"], m["host"]))]
+        same = np.zeros(s.size, bool)
+        same[1:] = (s["host"][1:] == s["host"][:-1]) & (s["pid"][1:] == s["pid"][:-1]) & (s["ptr"][1:] == s["ptr"][:-1])
+        prev_alloc = np.zeros(s.size, bool)
+        prev_alloc[1:] = s["alloc"][:-1]
+        prev_size = np.zeros(s.size, np.int64)
+        prev_size[1:] = s["size"][:-1].astype(np.int64)
+        freed = ~s["alloc"] & same & prev_alloc
+        f = s[freed]
+        self.free_size = dict(zip(zip(f["tid"].tolist(), f["ts"].tolist()), prev_size[freed].tolist()))
+        keep = s["alloc"] | freed
+        k = s[keep]
+        delta = np.where(k["alloc"], k["size"].astype(np.int64), -prev_size[keep])
+        o = np.lexsort((k["t"], k["pid"], k["host"]))
+        k, delta = k[o], delta[o]
+        starts = np.flatnonzero(np.r_[True, (k["host"][1:] != k["host"][:-1]) | (k["pid"][1:] != k["pid"][:-1])])
+        bounds = np.r_[starts, k.size]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            self.mem_series.append((MEM_COUNTERS[int(k["host"][a])], int(k["pid"][a]), k["t"][a:b],
+                                    np.cumsum(delta[a:b])))
 
     @staticmethod
     def _slot(p, key: str):
@@ -116,9 +161,14 @@ class CudaConverter(FamilyConverter):
             bins = self.rates.setdefault((pid, name), {})
             bins[b] = bins.get(b, 0.0) + v
 
+    def _pass1_done(self) -> None:
+        if not self._linked:
+            self._linked = True
+            self._link_graphs()
+            self._match_memory()
+
     def _link_graphs(self) -> None:
         """Chain each graph's calls with flow ids (tid, ts identify a slice)."""
-        self._linked = True
         nxt = [1]
         begun: dict[tuple[int, int], tuple] = {}    # (pid, stream) -> begin slice
         graphs: dict[tuple[int, int], tuple] = {}   # (pid, graph) -> end-capture slice
@@ -163,8 +213,7 @@ class CudaConverter(FamilyConverter):
                              {k: v for k, v in meta.items() if k not in ("type", "ts")})
 
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
-        if not self._linked:
-            self._link_graphs()
+        self._pass1_done()
         recs = recs[recs["kind"] != ev.CUDA_NAME]
         ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
         for pid_ in np.unique(ids).tolist():
@@ -209,10 +258,8 @@ class CudaConverter(FamilyConverter):
                 args["rank"] = rank
             if world is not None:
                 args["world_size"] = world
-        elif role in ("alloc_dev", "alloc_host") and "ptr" in args:
-            self.live[(pid, int(rec["out"]))] = int(rec["args"][1])
-        elif role in ("free_dev", "free_host") and args.get("ret", 0) == 0:
-            size = self.live.pop((pid, int(rec["args"][0])), None)
+        elif role in ("free_dev", "free_host"):
+            size = self.free_size.get((int(rec["tid"]), int(rec["ts"])))
             if size is not None:
                 args["size"] = size
 
@@ -221,19 +268,10 @@ class CudaConverter(FamilyConverter):
         return next(s for k, s, _ in p.fields if k == "comm")
 
     def finish(self, sink) -> None:
-        for name, role_a, role_f in (("cuda.allocated_bytes", "alloc_dev", "free_dev"),
-                                     ("cuda.host_allocated_bytes", "alloc_host", "free_host")):
-            live: dict[tuple[int, int], int] = {}
-            total: dict[int, int] = {}
-            for ts, pid, role, ptr, size in sorted(self.mem):
-                if role == role_a:
-                    live[(pid, ptr)] = size
-                elif role == role_f and (pid, ptr) in live:
-                    size = -live.pop((pid, ptr))
-                else:
-                    continue
-                total[pid] = total.get(pid, 0) + size
-                sink.counter(name, ts, total[pid], pid=pid)
+        self._pass1_done()
+        for name, pid, t, total in self.mem_series:
+            for ts, v in zip(t.tolist(), total.tolist()):
+                sink.counter(name, ts, v, pid=pid)
         for (pid, name), bins in sorted(self.rates.items()):
             for b in sorted(bins):
                 sink.counter(name, b * BIN_NS, bins[b] * 1e9 / BIN_NS, pid=pid)
