@@ -155,8 +155,10 @@ print(json.dumps({"s": time.perf_counter() - t, "rss_mb": resource.getrusage(res
 
 def convert_in(tree: str, raw: str, out: str, fmt: str) -> dict:
     """Convert with the `timeline` package found in `tree`, in a fresh process."""
-    cp = subprocess.run([sys.executable, "-c", _CONVERT, tree, raw, out, fmt], cwd=tree, check=True,
-                        capture_output=True, text=True)
+    cp = subprocess.run([sys.executable, "-c", _CONVERT, tree, raw, out, fmt], cwd=tree, capture_output=True,
+                        text=True)
+    if cp.returncode:
+        sys.exit(f"conversion with {tree} failed:\n{cp.stderr}")
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
 

@@ -7,7 +7,9 @@ communicators and RANK/WORLD_SIZE, allocations and frees), split into ring
 blocks of random sizes.  The expectation for each slice is worked out here
 from the record itself (decode_group on that one record, plus the names and
 sizes the setup implies); the converted trace, in both formats, is read back
-through trace_processor and must match it slice by slice.
+through trace_processor and must match it slice by slice.  The sinks' bulk
+encodings (whole columns at once) must give the same trace as their
+one-event-at-a-time path.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 
 from timeline import events as ev
 from timeline.converters import convert
+from timeline.converters.track_events import ChromeTrackSink, PerfettoTrackSink, TrackSink
 from timeline.cuda.decode import decode_group
 from timeline.cuda.probes import BY_NAME, CATEGORY, PROBES, table_meta
 from timeline.cuda.resolve import MapsIndex
@@ -231,3 +234,49 @@ def test_every_probe_converts_to_the_slices_its_records_describe(tmp_path, kerne
     assert {r[0] for r in got} == {p.name for p in PROBES}
     for g, w in zip(got, want):
         assert g == w
+
+
+def trace_content(tp) -> dict:
+    """What a trace says about CUDA calls: slices with args, counters, flows."""
+    counters = tp.query("""select t.name, p.pid, c.ts, c.value from counter c
+                           join process_counter_track t on c.track_id = t.id join process p using (upid)
+                           order by t.name, p.pid, c.ts""").rows
+    flows = tp.query("""select so.name, so.ts, si.name, si.ts from flow f join slice so on so.id = f.slice_out
+                        join slice si on si.id = f.slice_in order by so.ts, si.ts""").rows
+    return {"slices": trace_slices(tp), "counters": counters, "flows": flows}
+
+
+def convert_both_ways(raw: str, out_dir, fmt: str, monkeypatch) -> tuple[dict, dict]:
+    """The log converted through the bulk sink calls and through the
+    per-event path (TrackSink's one slice()/counter() per row)."""
+    ext = "pftrace" if fmt == "perfetto" else "json"
+    bulk, per_event = str(out_dir / f"bulk.{ext}"), str(out_dir / f"per_event.{ext}")
+    convert(raw, bulk, fmt=fmt)
+    with monkeypatch.context() as m:
+        for cls in (PerfettoTrackSink, ChromeTrackSink):
+            m.setattr(cls, "slices", TrackSink.slices)
+            m.setattr(cls, "counters", TrackSink.counters)
+        convert(raw, per_event, fmt=fmt)
+    out = []
+    for path in (bulk, per_event):
+        with open_trace(path) as tp:
+            out.append(trace_content(tp))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_bulk_encoding_equals_per_event_encoding(tmp_path, kernels_lib, fmt, monkeypatch):
+    s = synth_log(11, kernels_lib, per_probe=12)
+    # a graph chain, so flows are in the comparison too
+    rt = [BY_NAME[n] for n in ("cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate",
+                               "cudaGraphLaunch", "cudaGraphLaunch")]
+    s.record(rt[0], 1000, 1000, [0x5, 0])
+    s.record(rt[1], 1000, 1000, [0x5, 0x7F10], out=0x6A)
+    s.record(rt[2], 1000, 1000, [0x7F18, 0x6A, 0], out=0x6B)
+    s.record(rt[3], 1000, 1000, [0x6B, 0x5])
+    s.record(rt[4], 1000, 1001, [0x6B, 0x5])
+    raw = s.write(str(tmp_path / "all.tlraw"), block_sizes=(5, 700))
+    bulk, per_event = convert_both_ways(raw, tmp_path, fmt, monkeypatch)
+    assert len(bulk["slices"]) == len(s.recs)
+    assert len(bulk["flows"]) >= 3 and len(bulk["counters"]) > 10
+    assert bulk == per_event
