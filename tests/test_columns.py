@@ -3,7 +3,7 @@ import random
 
 import numpy as np
 
-from timeline.converters.columns import Rows, decimals, hexes, interleave, signed_decimals, table, varints
+from timeline.converters.columns import Rows, decimals, hexes, signed_decimals, table, varints
 from timeline.converters.protowire import varint
 
 RNG = random.Random(5)
@@ -28,7 +28,7 @@ def test_decimal_and_hex_digits():
     assert strings(*hexes(np.array(U64, np.uint64)), right=True) == [f"{v:x}".encode() for v in U64]
 
 
-def test_rows_and_interleave_build_each_record_in_order():
+def test_rows_build_each_record_in_order():
     n = 500
     vals = np.array([RNG.randrange(0, 1 << RNG.choice([6, 20, 40])) for _ in range(n)], np.uint64)
     neg = np.array([RNG.randrange(-1000, 1000) for _ in range(n)], np.int64)
@@ -41,13 +41,6 @@ def test_rows_and_interleave_build_each_record_in_order():
             for v, p, d, c in zip(vals.tolist(), present.tolist(), neg.tolist(), codes.tolist())]
     assert r.total().tolist() == [len(w) for w in want]
     assert r.build() == b"".join(want)
-    # a segment over some rows only, spliced between two full ones
-    rows = np.flatnonzero(present)
-    mid = Rows(rows.size).const(b"[").decimal(neg[rows]).const(b"]")
-    first, last = Rows(n).const(b"a").varint(vals), Rows(n).const(b"z")
-    out = interleave(n, [(None, *first.ragged()), (rows, *mid.ragged()), (None, *last.ragged())])
-    assert out == b"".join(b"a" + varint(v) + (f"[{d}]".encode() if p else b"") + b"z"
-                           for v, p, d in zip(vals.tolist(), present.tolist(), neg.tolist()))
     # every piece the same length: the fast path gives the same bytes
     same = Rows(3).const(b"ab").varint(np.array([1, 2, 3]))
     assert same.build() == b"ab\x01ab\x02ab\x03"

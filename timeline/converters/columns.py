@@ -15,10 +15,8 @@ whole block, none when every piece has one length (a plain reshape).
 Lengths are known before building, so length prefixes (nested protobuf
 messages) are just more varint pieces.
 
-The padded matrix costs its full width for every record, so arguments only
-some records have (most, when a block mixes many functions) are built as
-Rows over just those records, and `interleave` splices such segments into
-the records by position.
+The padded matrix costs its full width for every record, so the sinks build
+records that have the same arguments together (track_events.groups_by_args).
 """
 from __future__ import annotations
 
@@ -45,7 +43,15 @@ def as_u64(values) -> np.ndarray:
 
 def varint_lens(values) -> np.ndarray:
     """Byte length of each value's varint."""
-    return np.searchsorted(_VARINT_AT, as_u64(values), side="right") + 1
+    u = as_u64(values)
+    lens = np.ones(u.size, np.int64)
+    if u.size:
+        top = int(u.max())
+        for at in _VARINT_AT.tolist():  # most values are small: stop at the largest one's length
+            if top < at:
+                break
+            lens += u >= _U64(at)
+    return lens
 
 
 def varints(values) -> tuple[np.ndarray, np.ndarray]:
@@ -54,10 +60,10 @@ def varints(values) -> tuple[np.ndarray, np.ndarray]:
     u = as_u64(values)
     if u.size == 0:
         return np.zeros((0, 1), np.uint8), np.zeros(0, np.int64)
+    if int(u.max()) < 128:
+        return u.astype(np.uint8)[:, None], np.ones(u.size, np.int64)
     lens = varint_lens(u)
     nb = int(lens.max())
-    if nb == 1:
-        return u.astype(np.uint8)[:, None], lens
     m = ((u[:, None] >> _SHIFT7[:nb]) & _U64(0x7F)).astype(np.uint8)
     m |= (_COLS[:nb] < (lens - 1)[:, None]).astype(np.uint8) << 7
     return m, lens
@@ -219,39 +225,3 @@ class Rows:
     def build(self) -> bytes:
         """All records, concatenated in order."""
         return self.ragged()[0].tobytes()
-
-
-def interleave(n: int, segments) -> bytes:
-    """n records made of segments in order.  A segment is (rows, flat, lens):
-    the bytes `flat` hold one string per row of `rows` (an index array, or
-    None for all n), of lengths `lens`."""
-    total = np.zeros(n, np.int64)
-    for rows, _, lens in segments:
-        if rows is None:
-            total += lens
-        else:
-            total[rows] += lens
-    pos = np.cumsum(total) - total  # where each record's next segment goes
-    starts, sizes, flats = [], [], []
-    for rows, flat, lens in segments:
-        start = pos if rows is None else pos[rows]
-        nz = lens > 0
-        starts.append(start[nz])
-        sizes.append(lens[nz])
-        flats.append(flat)
-        if rows is None:
-            pos += lens
-        else:
-            pos[rows] += lens
-    start, size, flat = np.concatenate(starts), np.concatenate(sizes), np.concatenate(flats)
-    if not flat.size:
-        return b""
-    # destination of every byte: +1 within a string, a jump to the next string's start between them
-    dest = np.ones(flat.size, np.int64)
-    first = np.cumsum(size) - size
-    dest[0] = start[0]
-    dest[first[1:]] = start[1:] - (start[:-1] + size[:-1] - 1)
-    np.cumsum(dest, out=dest)
-    out = np.empty(flat.size, np.uint8)
-    out[dest] = flat
-    return out.tobytes()

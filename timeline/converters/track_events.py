@@ -39,7 +39,7 @@ import numpy as np
 import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .columns import Rows, decimals, hexes, interleave, table, varint_lens
+from .columns import Rows, decimals, hexes, table
 from .protowire import f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
@@ -117,6 +117,28 @@ class ColumnSet:
             if kind == "str":
                 c.strings = list(self._str_ids[key])
         return list(self.cols.values())
+
+
+def groups_by_args(n: int, args) -> list[tuple[np.ndarray, list[Column]]]:
+    """Rows that have the same arguments, as (row indices, those columns).
+
+    The bulk encoders build each group densely (no gaps where an argument is
+    missing) and write the groups one after the other: rows do not keep
+    their order, each row's event(s) stay together.
+    """
+    sparse = [c for c in args if c.present is not None and not c.present.all()]
+    if not sparse:
+        return [(np.arange(n), list(args))]
+    code = np.zeros(n, np.int64)
+    for i, c in enumerate(sparse):
+        if i and i % 30 == 0:  # renumber (< n) to make room for more bits
+            code = np.unique(code, return_inverse=True)[1].ravel()
+        code = (code << 1) | c.present
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(inv.ravel(), kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(inv.ravel()))]
+    return [(order[a:b], [c for c in args if c.present is None or c.present[r0]])
+            for a, b, r0 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first.tolist())]
 
 
 class TrackSink:
@@ -373,7 +395,7 @@ class PerfettoTrackSink(TrackSink):
             self._emit(None, b"")
 
     def _str_values(self, c: Column, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """DebugAnnotation value fields of a "str" column: one encoding per string used."""
+        """DebugAnnotation value fields of a "str" column: one encoding per string used (a table)."""
         used = np.unique(codes)
         enc = [b""] * len(c.strings)
         for i in used.tolist():
@@ -409,40 +431,45 @@ class PerfettoTrackSink(TrackSink):
         pos = np.minimum(np.searchsorted(known, vals), known.size - 1)
         return known[pos] == vals, iids[pos]
 
-    def _arg_segment(self, c: Column):
-        """The DebugAnnotation field of each row that has the argument:
-        (rows, bytes, lengths) for `interleave`."""
-        rows = None if c.present is None else np.flatnonzero(c.present)
-        vals = c.values if rows is None else c.values[rows]
-        cnt = vals.size
-        a = Rows(cnt).const(f_varint(_DA_NAME, self._intern(_ID_ARGNAMES, c.key)))
+    def _arg_encoder(self, c: Column):
+        """A function of row indices -> Rows of this argument's DebugAnnotation
+        (name and value, without the field key and length) for those rows.
+        Interning is decided here, once for all rows."""
+        name = f_varint(_DA_NAME, self._intern(_ID_ARGNAMES, c.key))
+        vals = c.values
+        present = c.mask()
         if c.kind == "int":
-            if vals.dtype == np.uint64:  # protobuf uint64 past int64: the unsigned field
-                a.piece(np.where(vals >= np.uint64(1 << 63), _DA_UINT << 3, _DA_INT << 3).astype(np.uint8)[:, None],
-                        np.ones(cnt, np.int64))
-            else:
-                a.const(key(_DA_INT, 0))
-            a.varint(vals)
-        elif c.kind == "str":
-            a.gather(self._str_values(c, vals), vals)
-        elif c.kind == "hex":  # interned string id, or the string itself
-            interned, iid = self._hex_interned(c.key, vals)
-            inline = ~interned
-            if interned.any():
-                a.const(key(_DA_STR_IID, 0), interned).varint(iid, interned)
-            if inline.any():
-                hm, hl = hexes(vals[inline])
-                if not interned.any():
-                    m, lens = hm, hl
+            def enc(idx):
+                v = vals[idx]
+                a = Rows(v.size).const(name)
+                if v.dtype == np.uint64:  # protobuf uint64 past int64: the unsigned field
+                    a.piece(np.where(v >= np.uint64(1 << 63), _DA_UINT << 3, _DA_INT << 3).astype(np.uint8)[:, None],
+                            np.ones(v.size, np.int64))
                 else:
-                    m, lens = np.zeros((cnt, hm.shape[1]), np.uint8), np.zeros(cnt, np.int64)
-                    m[inline], lens[inline] = hm, hl
-                a.const(key(_DA_STR, 2), inline).varint(lens + 2, inline).const(b"0x", inline)
-                a.piece(m, lens, inline, right=True)
+                    a.const(key(_DA_INT, 0))
+                return a.varint(v)
+        elif c.kind == "str":
+            strings = self._str_values(c, vals[present])
+
+            def enc(idx):
+                return Rows(idx.size).const(name).gather(strings, vals[idx])
+        elif c.kind == "hex":  # interned string id, or the string itself
+            interned, iids = np.zeros(vals.size, bool), np.zeros(vals.size, np.int64)
+            interned[present], iids[present] = self._hex_interned(c.key, vals[present])
+
+            def enc(idx):
+                v, yes = vals[idx], interned[idx]
+                a = Rows(v.size).const(name)
+                if yes.any():
+                    a.const(key(_DA_STR_IID, 0), yes).varint(iids[idx], yes)
+                no = ~yes
+                if no.any():
+                    m, lens = hexes(v)
+                    a.const(key(_DA_STR, 2), no).varint(lens + 2, no).const(b"0x", no).piece(m, lens, no, right=True)
+                return a
         else:
             raise ValueError(f"unknown column kind {c.kind!r}")
-        flat, lens = Rows(cnt).const(key(_TE_ARGS, 2)).varint(a.total()).extend(a).ragged()
-        return rows, flat, lens
+        return enc
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
         n = len(ts)
@@ -458,39 +485,43 @@ class PerfettoTrackSink(TrackSink):
         uuids = np.array([self._thread_track(t, None if pid is None else int(pid[i]), int(ts[i]))
                           for t, i in zip(threads.tolist(), first.tolist())], np.int64)
         uuid = uuids[inv.ravel()]
-        # TrackEvent: type, track, name, category | debug annotations | flows
-        head = Rows(n).const(f_varint(_TE_TYPE, _BEGIN) + key(_TE_TRACK, 0)).varint(uuid)
+        name_cat = []
         for field, table_, v in ((_TE_NAME, _ID_NAMES, name), (_TE_CATS, _ID_CATS, cat)):
             if isinstance(v, Column):
-                iids = np.array([self._intern(table_, s) for s in v.strings], np.int64)
-                head.const(key(field, 0)).varint(iids[v.values])
+                name_cat.append((field, np.array([self._intern(table_, s) for s in v.strings], np.int64)[v.values]))
             else:
-                head.const(f_varint(field, self._intern(table_, v)))
-        arg_segs = [self._arg_segment(c) for c in args]
-        tail = Rows(n)
-        for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in)):
-            if ids is not None:
-                ids = np.asarray(ids).astype("<u8", copy=False)
-                has = ids != 0
-                tail.const(key(num, 1), has).piece(ids.view(np.uint8).reshape(n, 8), np.full(n, 8), has)
-        body_len = head.total() + tail.total()
-        for rows, _, lens in arg_segs:
-            if rows is None:
-                body_len += lens
-            else:
-                body_len[rows] += lens
-        # begin packet up to the arguments; its end and the end packet after them
-        ts_key = key(_PKT_TS, 0)
-        pkt_len = (len(ts_key) + varint_lens(ts) + 1 + varint_lens(body_len) + body_len + len(self._seq_tail))
-        first_part = Rows(n).const(key(1, 2)).varint(pkt_len).const(ts_key).varint(ts)
-        first_part.const(key(_PKT_EVENT, 2)).varint(body_len).extend(head)
-        end_body = Rows(n).const(f_varint(_TE_TYPE, _END) + key(_TE_TRACK, 0)).varint(uuid)
-        end_pkt = Rows(n).const(ts_key).varint(end).const(key(_PKT_EVENT, 2)).varint(end_body.total())
-        end_pkt.extend(end_body).const(self._seq_tail)
-        tail.const(self._seq_tail).const(key(1, 2)).varint(end_pkt.total()).extend(end_pkt)
-        segments = [(None, *first_part.ragged()), *arg_segs, (None, *tail.ragged())]
+                name_cat.append((field, f_varint(field, self._intern(table_, v))))
+        encoders = {id(c): self._arg_encoder(c) for c in args}
+        flows = [(num, np.asarray(ids).astype("<u8")) for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in))
+                 if ids is not None]
+        ts_key, seq_tail = key(_PKT_TS, 0), self._seq_tail
+        out = []
+        for idx, cols in groups_by_args(n, args):
+            m = idx.size
+            # TrackEvent: type, track, name, category, debug annotations, flows
+            body = Rows(m).const(f_varint(_TE_TYPE, _BEGIN) + key(_TE_TRACK, 0)).varint(uuid[idx])
+            for field, v in name_cat:
+                if isinstance(v, bytes):
+                    body.const(v)
+                else:
+                    body.const(key(field, 0)).varint(v[idx])
+            for c in cols:
+                a = encoders[id(c)](idx)
+                body.const(key(_TE_ARGS, 2)).varint(a.total()).extend(a)
+            for num, ids in flows:
+                has = ids[idx] != 0
+                body.const(key(num, 1), has).piece(ids[idx].view(np.uint8).reshape(m, 8), np.full(m, 8), has)
+            begin = Rows(m).const(ts_key).varint(ts[idx]).const(key(_PKT_EVENT, 2)).varint(body.total())
+            begin.extend(body).const(seq_tail)
+            end_body = Rows(m).const(f_varint(_TE_TYPE, _END) + key(_TE_TRACK, 0)).varint(uuid[idx])
+            end_pkt = Rows(m).const(ts_key).varint(end[idx]).const(key(_PKT_EVENT, 2)).varint(end_body.total())
+            end_pkt.extend(end_body).const(seq_tail)
+            packets = Rows(m)
+            for pkt in (begin, end_pkt):  # begin and end of a slice side by side, each framed as Trace.packet
+                packets.const(key(1, 2)).varint(pkt.total()).extend(pkt)
+            out.append(packets.build())
         self._flush_pending()
-        self._write_framed(interleave(n, segments))
+        self._write_framed(b"".join(out))
 
     def counters(self, name, ts, values, pid=None):
         n = len(ts)
@@ -582,18 +613,12 @@ class ChromeTrackSink(TrackSink):
         return rows.piece(frac, np.full(ns.size, 4))
 
     @staticmethod
-    def _json_value(rows: Rows, c: Column, vals: np.ndarray) -> None:
-        if c.kind == "int":
-            rows.decimal(vals)
-        elif c.kind == "hex":
-            rows.const(b'"').hex(vals).const(b'"')
-        elif c.kind == "str":
-            enc = [b""] * len(c.strings)
-            for i in np.unique(vals).tolist():
-                enc[i] = orjson.dumps(c.strings[i])
-            rows.gather(table(enc), vals)
-        else:
-            raise ValueError(f"unknown column kind {c.kind!r}")
+    def _json_strings(c: Column) -> tuple[np.ndarray, np.ndarray]:
+        """JSON strings of a "str" column (a table), only those used."""
+        enc = [b""] * len(c.strings)
+        for i in np.unique(c.values[c.mask()]).tolist():
+            enc[i] = orjson.dumps(c.strings[i])
+        return table(enc)
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
         n = len(ts)
@@ -605,27 +630,36 @@ class ChromeTrackSink(TrackSink):
         if pid is None:
             threads, inv = np.unique(tid, return_inverse=True)
             pid = np.array([self._pid(t, None) for t in threads.tolist()], np.int64)[inv.ravel()]
-        r = Rows(n).const(b'{"ph":"X","ts":')
-        self._us(r, ts).const(b',"dur":')
-        self._us(r, dur).const(b',"pid":').decimal(np.asarray(pid).astype(np.int64))
-        r.const(b',"tid":').decimal(tid.astype(np.int64))
+        name_cat = []
         for field, v in ((b',"name":', name), (b',"cat":', cat)):
             if isinstance(v, Column):
-                r.const(field).gather(table([orjson.dumps(s) for s in v.strings]), v.values)
+                name_cat.append((field, table([orjson.dumps(s) for s in v.strings]), v.values))
             else:
-                r.const(field + orjson.dumps(v))
-        # each argument over the rows that have it: ',' unless first, "key":value
-        segs = []
-        seen = np.zeros(n, bool)
-        for c in args:
-            rows = np.arange(n) if c.present is None else np.flatnonzero(c.present)
-            a = Rows(rows.size).const(b",", seen[rows]).const(orjson.dumps(c.key) + b":")
-            self._json_value(a, c, c.values[rows])
-            segs.append((rows, *a.ragged()))
-            seen[rows] = True
-        r.const(b',"args":{', seen)
-        close = Rows(n).const(b"}", seen).const(b"},\n")
-        self._spool.write(interleave(n, [(None, *r.ragged()), *segs, (None, *close.ragged())]))
+                name_cat.append((field + orjson.dumps(v), None, None))
+        strings = {id(c): self._json_strings(c) for c in args if c.kind == "str"}
+        out = []
+        for idx, cols in groups_by_args(n, args):
+            r = Rows(idx.size).const(b'{"ph":"X","ts":')
+            self._us(r, ts[idx]).const(b',"dur":')
+            self._us(r, dur[idx]).const(b',"pid":').decimal(np.asarray(pid)[idx].astype(np.int64))
+            r.const(b',"tid":').decimal(tid[idx].astype(np.int64))
+            for field, tab, codes in name_cat:
+                r.const(field)
+                if tab is not None:
+                    r.gather(tab, codes[idx])
+            for j, c in enumerate(cols):
+                r.const((b',"args":{' if j == 0 else b",") + orjson.dumps(c.key) + b":")
+                v = c.values[idx]
+                if c.kind == "int":
+                    r.decimal(v)
+                elif c.kind == "hex":
+                    r.const(b'"').hex(v).const(b'"')
+                elif c.kind == "str":
+                    r.gather(strings[id(c)], v)
+                else:
+                    raise ValueError(f"unknown column kind {c.kind!r}")
+            out.append(r.const(b"}},\n" if cols else b"},\n").build())
+        self._spool.write(b"".join(out))
         self._n += n
         for ids, ph in ((flow_out, "s"), (flow_in, "f")):  # few (CUDA graphs): one by one
             if ids is None:
