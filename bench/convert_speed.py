@@ -16,7 +16,9 @@ call records repeated, shifted in time, in blocks of --cuda-block records
 (one recorder drain), up to --cuda-calls calls.  Each conversion runs in its
 own process; with --baseline REV the `timeline` package of that git revision
 is converted the same way, alternating with the working tree's, and the
-ratio of the medians is printed (same machine, same minute).
+ratio of the medians is printed (same machine, same minute); --compare then
+loads both traces in trace_processor and counts calls (name, ts, dur, thread,
+args), counter values and flows that differ.
 """
 from __future__ import annotations
 
@@ -144,12 +146,15 @@ def replicate_cuda(src: str, dst: str, target: int, block: int) -> int:
 
 
 _CONVERT = """
-import json, resource, sys, time
+import importlib, json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from timeline.converters import convert
-t = time.perf_counter()
+from timeline.converters import convert, families
+for spec in families.REGISTRY:  # imports (pyelftools...) are not conversion time
+    importlib.import_module(spec.split(":")[0])
+t, cpu = time.perf_counter(), time.process_time()
 convert(sys.argv[2], sys.argv[3], fmt=sys.argv[4])
-print(json.dumps({"s": time.perf_counter() - t, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"s": time.perf_counter() - t, "cpu": time.process_time() - cpu,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -160,6 +165,33 @@ def convert_in(tree: str, raw: str, out: str, fmt: str) -> dict:
     if cp.returncode:
         sys.exit(f"conversion with {tree} failed:\n{cp.stderr}")
     return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+_CALLS_SQL = """
+select s.ts, s.dur, s.name, s.category, t.tid, p.pid,
+       (select group_concat(key || '=' || coalesce(int_value, string_value, real_value), ' ')
+        from (select * from args a where a.arg_set_id = s.arg_set_id and a.key glob '*.*' order by key)) as args
+from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid) left join process p using (upid)
+where s.category in ('cuda', 'cuda_driver', 'nccl') order by s.ts, t.tid, s.name
+"""
+_COUNTERS_SQL = """
+select t.name, p.pid, c.ts, c.value from counter c join process_counter_track t on c.track_id = t.id
+join process p using (upid) order by t.name, p.pid, c.ts
+"""
+_FLOWS_SQL = """
+select so.ts, so.name, si.ts, si.name from flow f join slice so on so.id = f.slice_out
+join slice si on si.id = f.slice_in order by so.ts, si.ts
+"""
+
+
+def trace_facts(path: str) -> list:
+    """What a converted trace says about the CUDA calls (debug./args. prefixes dropped)."""
+    from timeline.trace_processor import open_trace
+
+    with open_trace(path) as tp:
+        calls = [r[:6] + (r[6].replace("debug.", "").replace("args.", "") if r[6] else "",)
+                 for r in tp.query(_CALLS_SQL).rows]
+        return [calls, tp.query(_COUNTERS_SQL).rows, tp.query(_FLOWS_SQL).rows]
 
 
 def cuda_main(args, d: str) -> None:
@@ -181,22 +213,36 @@ def cuda_main(args, d: str) -> None:
         trees = {"old": old, **trees}
     for fmt, ext in (("perfetto", "pftrace"), ("chrome", "json")):
         times: dict[str, list] = {k: [] for k in trees}
+        cpus: dict[str, list] = {k: [] for k in trees}
         sizes, rss = {}, {}
-        for _ in range(args.repeat):  # alternate the trees: drift hits both alike
+        for rep in range(args.repeat):  # alternate the trees: drift hits both alike
             for k, tree in trees.items():
                 out = os.path.join(d, f"cuda-{k}.{ext}")
                 r = convert_in(tree, big, out, fmt)
                 times[k].append(r["s"])
+                cpus[k].append(r["cpu"])
                 rss[k] = max(rss.get(k, 0), r["rss_mb"])
                 sizes[k] = os.path.getsize(out)
-                os.unlink(out)
-        for k in trees:
-            med = statistics.median(times[k])
-            print(f"{fmt:8s} {k:4s} median {med:6.2f} s (runs {', '.join(f'{t:.2f}' for t in times[k])})  "
-                  f"{calls / med / 1e3:7.0f}k calls/s  {sizes[k] / calls:6.1f} bytes/call  peak RSS {rss[k]:.0f} MB")
+                if not (args.compare and rep == args.repeat - 1):
+                    os.unlink(out)
+        for k in trees:  # CPU time: less disturbed by other work on the machine than wall time
+            med, cpu = statistics.median(times[k]), statistics.median(cpus[k])
+            print(f"{fmt:8s} {k:4s} wall {med:6.2f} s ({calls / med / 1e3:5.0f}k calls/s), "
+                  f"CPU {cpu:6.2f} s ({calls / cpu / 1e3:5.0f}k calls/s), median of "
+                  f"{len(times[k])};  {sizes[k] / calls:5.1f} bytes/call, peak RSS {rss[k]:.0f} MB")
         if "old" in trees:
             ratio = statistics.median(times["old"]) / statistics.median(times["new"])
-            print(f"{fmt:8s} new/old speed ratio {ratio:.2f}x, size ratio {sizes['new'] / sizes['old']:.3f}")
+            cratio = statistics.median(cpus["old"]) / statistics.median(cpus["new"])
+            print(f"{fmt:8s} new/old speed: {ratio:.2f}x wall, {cratio:.2f}x CPU; size ratio "
+                  f"{sizes['new'] / sizes['old']:.3f}")
+            if args.compare:  # same trace, as trace_processor reads it?
+                old, new = (os.path.join(d, f"cuda-{k}.{ext}") for k in ("old", "new"))
+                facts = [trace_facts(p) for p in (old, new)]
+                for what, a, b in zip(("calls", "counter values", "flows"), *facts):
+                    diff = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+                    print(f"{fmt:8s} {what}: {len(a):,} old, {len(b):,} new, {diff} differ")
+                for p in (old, new):
+                    os.unlink(p)
 
 
 def main() -> None:
@@ -210,6 +256,8 @@ def main() -> None:
     ap.add_argument("--cuda-block", type=int, default=4096, help="CUDA records per raw block")
     ap.add_argument("--baseline", help="git revision whose converter to compare with (--cuda)")
     ap.add_argument("--repeat", type=int, default=3, help="conversions per tree and format (--cuda)")
+    ap.add_argument("--compare", action="store_true",
+                    help="with --baseline: check in trace_processor that both traces say the same (--cuda)")
     args = ap.parse_args()
     d = args.keep or tempfile.mkdtemp(prefix="tl-bench-")
     os.makedirs(d, exist_ok=True)

@@ -30,8 +30,10 @@ from .resolve import MapsIndex
 BIN_NS = 100_000_000  # rate counters: 0.1 s bins
 LAUNCH_ROLES = ("launch_rt", "launch_cfg", "launch_cu")
 GRAPH_ROLES = ("capture_begin", "capture_end", "instantiate", "graph_launch")
+PASS1_ROLES = {*LAUNCH_ROLES, *GRAPH_ROLES, "comm_init", "alloc_dev", "alloc_host", "free_dev", "free_host", "copy",
+               "copy2d", "copy_peer"}
 FLOW_BASE = 0xC0DA << 32  # flow ids of this family (unique in the trace)
-BATCH = 1 << 15           # calls per bulk write
+BATCH = 1 << 14           # calls per bulk write (larger: little faster, more memory)
 # Allocations and frees seen in pass 1: t is when the counter changes (an
 # allocation's return, a free's entry), ts/tid identify the call's slice.
 MEM = np.dtype([("t", "<u8"), ("ts", "<u8"), ("tid", "<u4"), ("pid", "<u4"), ("host", "?"), ("alloc", "?"),
@@ -74,16 +76,20 @@ class CudaConverter(FamilyConverter):
         calls = ~names
         for pid_ in np.unique(ids[calls]).tolist():
             p = self.probes[pid_] if pid_ < len(self.probes) else None
-            if p is None:
+            if p is None or p.role not in PASS1_ROLES:
                 continue
             sel = calls & (ids == pid_)
+            if p.role in LAUNCH_ROLES:  # only counted: no copy of the records
+                sel &= ok
+                self._rates(recs["tgid"][sel], recs["ts"][sel], "cuda.launches_per_s", np.ones(int(sel.sum())))
+                continue
             g, gok = recs[sel], ok[sel]
             role, a = p.role, g["args"]
             if role in GRAPH_ROLES:
                 self.graph_ev += zip(g["ts"].tolist(), g["tid"].tolist(), [role] * g.size, g["tgid"].tolist(),
                                      a[:, 0].tolist(), a[:, 1].tolist(), g["out"].tolist(), gok.tolist())
                 if role == "graph_launch":
-                    self._rates(g[gok], "cuda.graph_launches_per_s", np.ones(int(gok.sum())))
+                    self._rates(g["tgid"][gok], g["ts"][gok], "cuda.graph_launches_per_s", np.ones(int(gok.sum())))
             elif role == "comm_init":
                 for r in g[gok & has_out[sel]]:
                     self.comms[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]) & 0xFFFFFFFF,
@@ -96,9 +102,7 @@ class CudaConverter(FamilyConverter):
                 g, a = g[gok], a[gok]
                 nbytes = (a[:, 4] * a[:, 5] if role == "copy2d" else a[:, self._slot(p, "bytes")]).astype(np.float64)
                 for kind, m in self._copy_kinds(p, a):
-                    self._rates(g[m], "cuda.memcpy_bytes_per_s." + kind, nbytes[m])
-            elif role in LAUNCH_ROLES:
-                self._rates(g[gok], "cuda.launches_per_s", np.ones(int(gok.sum())))
+                    self._rates(g["tgid"][m], g["ts"][m], "cuda.memcpy_bytes_per_s." + kind, nbytes[m])
 
     def _mem(self, g: np.ndarray, role: str) -> None:
         m = np.zeros(g.size, MEM)
@@ -170,10 +174,10 @@ class CudaConverter(FamilyConverter):
                 return list(out.items())
         return [("D2D", everything)]  # peer copies
 
-    def _rates(self, g: np.ndarray, name: str, amounts: np.ndarray) -> None:
-        if not g.size:
+    def _rates(self, pids: np.ndarray, ts: np.ndarray, name: str, amounts: np.ndarray) -> None:
+        if not pids.size:
             return
-        keys = (g["tgid"].astype(np.int64) << 40) | (g["ts"] // BIN_NS).astype(np.int64)  # bins < 2**40
+        keys = (pids.astype(np.int64) << 40) | (ts // BIN_NS).astype(np.int64)  # bins < 2**40
         uniq, inv = np.unique(keys, return_inverse=True)
         sums = np.bincount(inv.ravel(), weights=amounts, minlength=len(uniq))
         for k, v in zip(uniq.tolist(), sums.tolist()):
