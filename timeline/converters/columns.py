@@ -207,14 +207,14 @@ class Rows:
                 big[:, off:off + m.shape[1]] = m
                 off += m.shape[1]
             return big.reshape(-1), np.full(self.n, W, np.int64)
-        keep = np.empty((self.n, W), bool)
+        keep = np.ones((self.n, W), bool)  # one fill; then only the pieces of varying length
         off = 0
         for m, lens, right in self.pieces:
             w = m.shape[1]
             big[:, off:off + w] = m
             cols = _COLS[:w] if w <= _COLS.size else np.arange(w)
             if lens is None:
-                keep[:, off:off + w] = True
+                pass
             elif right:
                 np.greater_equal(cols, (w - lens)[:, None], out=keep[:, off:off + w])
             else:

@@ -480,11 +480,14 @@ class PerfettoTrackSink(TrackSink):
         ts = np.asarray(ts).astype(np.int64, copy=False)
         end = ts + np.maximum(np.asarray(dur).astype(np.int64, copy=False), 0)
         tid = np.asarray(tid)
-        # Thread tracks: a descriptor for each thread not seen before, at its first slice here.
+        # Thread tracks: a descriptor for each thread not seen before, at its earliest slice here.
         threads, first, inv = np.unique(tid, return_index=True, return_inverse=True)
-        uuids = np.array([self._thread_track(t, None if pid is None else int(pid[i]), int(ts[i]))
-                          for t, i in zip(threads.tolist(), first.tolist())], np.int64)
-        uuid = uuids[inv.ravel()]
+        inv = inv.ravel()
+        earliest = np.full(threads.size, np.iinfo(np.int64).max)
+        np.minimum.at(earliest, inv, ts)
+        uuids = np.array([self._thread_track(t, None if pid is None else int(pid[i]), t0)
+                          for t, i, t0 in zip(threads.tolist(), first.tolist(), earliest.tolist())], np.int64)
+        uuid = uuids[inv]
         name_cat = []
         for field, table_, v in ((_TE_NAME, _ID_NAMES, name), (_TE_CATS, _ID_CATS, cat)):
             if isinstance(v, Column):
