@@ -146,15 +146,16 @@ def replicate_cuda(src: str, dst: str, target: int, block: int) -> int:
 
 
 _CONVERT = """
-import importlib, json, resource, sys, time
+import importlib, json, sys, time
 sys.path.insert(0, sys.argv[1])
 from timeline.converters import convert, families
 for spec in families.REGISTRY:  # imports (pyelftools...) are not conversion time
     importlib.import_module(spec.split(":")[0])
 t, cpu = time.perf_counter(), time.process_time()
 convert(sys.argv[2], sys.argv[3], fmt=sys.argv[4])
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")]  # ru_maxrss counts the parent's too
 print(json.dumps({"s": time.perf_counter() - t, "cpu": time.process_time() - cpu,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mb": int(hwm[0].split()[1]) / 1024}))
 """
 
 
