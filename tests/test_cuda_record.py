@@ -219,6 +219,15 @@ def test_nccl_standin(full, fmt):
     assert (send["peer"], send["count"], send["stream"], send["comm_rank"]) == (4, 64, "0x58", 3)
 
 
+@FMTS
+def test_bulk_and_per_event_conversion_agree(full, fmt, tmp_path, monkeypatch):
+    # the real recording, through the sinks' bulk calls and their one-event-at-a-time path
+    from test_cuda_convert import convert_both_ways
+    bulk, per_event = convert_both_ways(full["raw"], tmp_path, fmt, monkeypatch)
+    assert len(bulk["slices"]) > 100 and bulk["flows"] and bulk["counters"]
+    assert bulk == per_event
+
+
 def test_nested_driver_calls_counted(full):
     stats = [m for m in read_raw(full["raw"])["metas"] if m["type"] == "cuda_stats"][-1]
     # 3 mallocs + 1 free + 5 launches + 10 copies + 1 sync + 3 graph launches in the stand-in runtime

@@ -75,11 +75,16 @@ class PerfettoWriter:
         self._early_leaders: dict[int, str] = {}  # tgid -> comm, freed at group death
         # Families (CUDA, I/O, counters...) write TrackEvents through this.
         self.sink = PerfettoTrackSink(self._raw_packet,
-                                      model.thread_tgid)
+                                      model.thread_tgid, write_framed=self._framed)
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:
         data = b"\x0a" + varint(len(body)) + body
+        self.f.write(data)
+        self.out_bytes += len(data)
+
+    def _framed(self, data: bytes) -> None:
+        """Packets already framed as Trace.packet fields (the sink's bulk writes)."""
         self.f.write(data)
         self.out_bytes += len(data)
 

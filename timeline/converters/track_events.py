@@ -22,17 +22,123 @@ Chrome JSON: "X" events (args under `args.<key>`), "b"/"e" async events with
 a lane id, "C" counters (trace_processor names them "<name> value"), "s"/"f"
 flow events.  They are spooled to a temporary file while the sched text
 streams and written into `traceEvents` at the end.
+
+Bulk: `slices()` and `counters()` take whole numpy columns (a block of
+calls at once, args as `Column`s) and encode every event with numpy
+(columns.py), one write per call; the base class falls back to one
+`slice()` / `counter()` per row, which is also the reference the bulk
+encodings are tested against.
 """
 from __future__ import annotations
 
+import itertools
 import tempfile
+from dataclasses import dataclass
 
+import numpy as np
 import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .protowire import f_double, f_fixed64, f_len, f_varint
+from .columns import Rows, decimals, hexes, table
+from .protowire import f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
+
+
+@dataclass
+class Column:
+    """One slice argument (or the slice name) for every row of a bulk call.
+
+    kind "int": `values` int64 or uint64 (uint64 >= 2**63 stay unsigned);
+    "hex": uint64 shown as '0x...' strings (pointers, handles);
+    "str": `values` are indices into `strings`.
+    `present`: rows that have the argument (None: all of them).
+    """
+    key: str
+    kind: str
+    values: np.ndarray
+    strings: list | None = None
+    present: np.ndarray | None = None
+
+    def pylist(self) -> list:
+        """Per-row Python values, None where absent (the per-event path)."""
+        if self.kind == "hex":
+            vals = [f"{v:#x}" for v in self.values.tolist()]
+        elif self.kind == "str":
+            vals = [self.strings[i] for i in self.values.tolist()]
+        else:
+            vals = self.values.tolist()
+        if self.present is not None:
+            vals = [v if ok else None for v, ok in zip(vals, self.present.tolist())]
+        return vals
+
+    def mask(self) -> np.ndarray:
+        return np.ones(self.values.size, bool) if self.present is None else self.present
+
+
+class ColumnSet:
+    """Collects argument columns for n rows, group of rows by group of rows.
+
+    `put(key, kind, idx, values)` sets the argument of rows idx (a later put
+    for the same rows replaces it); for "str", values index `strings`.  Ints
+    given as uint64 and as int64 go to separate columns, so each keeps its
+    meaning; a row has at most one of them.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self.cols: dict[tuple, Column] = {}
+        self._same: dict[tuple[str, str], list[Column]] = {}  # (key, kind) -> its columns
+        self._str_ids: dict[str, dict] = {}
+
+    def put(self, key: str, kind: str, idx, values, strings: list | None = None) -> None:
+        values = np.asarray(values)
+        if kind == "str":
+            ids = self._str_ids.setdefault(key, {})
+            values = np.array([ids.setdefault(s, len(ids)) for s in strings], np.intp)[values]
+            dtype = np.intp
+        elif kind == "hex" or values.dtype == np.uint64:
+            dtype = np.uint64
+        else:
+            dtype = np.int64
+        c = self.cols.get((key, kind, dtype))
+        if c is None:
+            c = self.cols[(key, kind, dtype)] = Column(key, kind, np.zeros(self.n, dtype), None,
+                                                       np.zeros(self.n, bool))
+            self._same.setdefault((key, kind), []).append(c)
+        c.values[idx] = values
+        c.present[idx] = True
+        for other in self._same[(key, kind)]:  # the int column of the other signedness loses these rows
+            if other is not c:
+                other.present[idx] = False
+
+    def columns(self) -> list[Column]:
+        for (key, kind, _), c in self.cols.items():
+            if kind == "str":
+                c.strings = list(self._str_ids[key])
+        return list(self.cols.values())
+
+
+def groups_by_args(n: int, args) -> list[tuple[np.ndarray, list[Column]]]:
+    """Rows that have the same arguments, as (row indices, those columns).
+
+    The bulk encoders build each group densely (no gaps where an argument is
+    missing) and write the groups one after the other: rows do not keep
+    their order, each row's event(s) stay together.
+    """
+    sparse = [c for c in args if c.present is not None and not c.present.all()]
+    if not sparse:
+        return [(np.arange(n), list(args))]
+    code = np.zeros(n, np.int64)
+    for i, c in enumerate(sparse):
+        if i and i % 30 == 0:  # renumber (< n) to make room for more bits
+            code = np.unique(code, return_inverse=True)[1].ravel()
+        code = (code << 1) | c.present
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(inv.ravel(), kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(inv.ravel()))]
+    return [(order[a:b], [c for c in args if c.present is None or c.present[r0]])
+            for a, b, r0 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first.tolist())]
 
 
 class TrackSink:
@@ -50,6 +156,28 @@ class TrackSink:
 
     def counter(self, name: str, ts: int, value: float, pid: int | None = None) -> None:
         raise NotImplementedError
+
+    def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
+        """Many thread slices at once.  ts, dur, tid, pid: integer arrays of n
+        rows (pid may be None); name, cat: a str, or a "str" Column for one
+        per row; args: Columns; flow_out / flow_in: uint64 arrays, 0 = none.
+        Here: one slice() per row."""
+        n = len(ts)
+        names = name.pylist() if isinstance(name, Column) else itertools.repeat(name, n)
+        cats = cat.pylist() if isinstance(cat, Column) else itertools.repeat(cat, n)
+        cols = [(c.key, c.pylist()) for c in args]
+        fo = np.asarray(flow_out).tolist() if flow_out is not None else [0] * n
+        fi = np.asarray(flow_in).tolist() if flow_in is not None else [0] * n
+        pids = np.asarray(pid).tolist() if pid is not None else [None] * n
+        for i, (t, d, th, p, nm, ct) in enumerate(zip(np.asarray(ts).tolist(), np.asarray(dur).tolist(),
+                                                       np.asarray(tid).tolist(), pids, names, cats)):
+            a = {k: v[i] for k, v in cols if v[i] is not None}
+            self.slice(t, d, th, p, nm, ct, a, flow_out=fo[i] or None, flow_in=fi[i] or None)
+
+    def counters(self, name: str, ts, values, pid: int | None = None) -> None:
+        """Many values of one counter (ts, values: arrays; ints stay ints)."""
+        for t, v in zip(np.asarray(ts).tolist(), np.asarray(values).tolist()):
+            self.counter(name, t, v, pid=pid)
 
     def finish(self) -> None:
         pass
@@ -96,8 +224,10 @@ class PerfettoTrackSink(TrackSink):
     messages.
     """
 
-    def __init__(self, write_raw, thread_tgid=None):
+    def __init__(self, write_raw, thread_tgid=None, write_framed=None):
         self._write = write_raw  # callable(serialized TracePacket bytes)
+        # callable(bytes of whole Trace.packet fields) for the bulk calls; without it they go row by row
+        self._write_framed = write_framed
         self._tgid = thread_tgid or (lambda tid: None)
         self._uuids: dict[tuple, int] = {}
         self._tables = {f: {} for f in (_ID_NAMES, _ID_CATS, _ID_ARGNAMES, _ID_STRVALS)}
@@ -108,6 +238,7 @@ class PerfettoTrackSink(TrackSink):
         self._seq_tail = f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_NEEDS)
         self._first = True
         self._pending = bytearray()  # interned_data entries for the next packet
+        self._hex_iids: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # arg key -> (sorted values, iids)
 
     # -- packets
     def _emit(self, ts: int | None, body: bytes) -> None:
@@ -256,6 +387,171 @@ class PerfettoTrackSink(TrackSink):
             body += f_double(_TE_DCOUNTER, float(value))
         self._emit(ts, body)
 
+    # -- bulk
+    def _flush_pending(self) -> None:
+        """Interned data (and the sequence's first flags) in a packet of their
+        own, ahead of a bulk write that refers to them."""
+        if self._pending or self._first:
+            self._emit(None, b"")
+
+    def _str_values(self, c: Column, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """DebugAnnotation value fields of a "str" column: one encoding per string used (a table)."""
+        used = np.unique(codes)
+        enc = [b""] * len(c.strings)
+        for i in used.tolist():
+            enc[i] = self._str_value(c.key, c.strings[i])
+        return table(enc)
+
+    def _str_value(self, k: str, s: str) -> bytes:
+        table_ = self._tables[_ID_STRVALS]
+        if s in table_ or self._strvals_per_key.get(k, 0) < _MAX_INTERNED_PER_KEY:
+            if s not in table_:
+                self._strvals_per_key[k] = self._strvals_per_key.get(k, 0) + 1
+            return f_varint(_DA_STR_IID, self._intern(_ID_STRVALS, s))
+        return f_len(_DA_STR, s.encode())
+
+    def _hex_interned(self, k: str, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(interned?, iid) per row of a "hex" column; interns new values while
+        the key has room (pointers that repeat: streams, events, handles)."""
+        known, iids = self._hex_iids.get(k, (np.zeros(0, np.uint64), np.zeros(0, np.int64)))
+        room = _MAX_INTERNED_PER_KEY - self._strvals_per_key.get(k, 0)
+        if room > 0:
+            u = np.unique(vals)
+            pos = np.minimum(np.searchsorted(known, u), max(known.size - 1, 0))
+            new = u[~((known.size > 0) & (known[pos] == u))][:room] if known.size else u[:room]
+            if new.size:
+                self._strvals_per_key[k] = self._strvals_per_key.get(k, 0) + int(new.size)
+                add = np.array([self._intern(_ID_STRVALS, f"{v:#x}") for v in new.tolist()], np.int64)
+                known, iids = np.concatenate([known, new]), np.concatenate([iids, add])
+                o = np.argsort(known, kind="stable")
+                known, iids = known[o], iids[o]
+                self._hex_iids[k] = (known, iids)
+        if not known.size:
+            return np.zeros(vals.size, bool), np.zeros(vals.size, np.int64)
+        pos = np.minimum(np.searchsorted(known, vals), known.size - 1)
+        return known[pos] == vals, iids[pos]
+
+    def _arg_encoder(self, c: Column):
+        """A function of row indices -> Rows of this argument's DebugAnnotation
+        (name and value, without the field key and length) for those rows.
+        Interning is decided here, once for all rows."""
+        name = f_varint(_DA_NAME, self._intern(_ID_ARGNAMES, c.key))
+        vals = c.values
+        present = c.mask()
+        if c.kind == "int":
+            def enc(idx):
+                v = vals[idx]
+                a = Rows(v.size).const(name)
+                if v.dtype == np.uint64:  # protobuf uint64 past int64: the unsigned field
+                    a.piece(np.where(v >= np.uint64(1 << 63), _DA_UINT << 3, _DA_INT << 3).astype(np.uint8)[:, None],
+                            np.ones(v.size, np.int64))
+                else:
+                    a.const(key(_DA_INT, 0))
+                return a.varint(v)
+        elif c.kind == "str":
+            strings = self._str_values(c, vals[present])
+
+            def enc(idx):
+                return Rows(idx.size).const(name).gather(strings, vals[idx])
+        elif c.kind == "hex":  # interned string id, or the string itself
+            interned, iids = np.zeros(vals.size, bool), np.zeros(vals.size, np.int64)
+            interned[present], iids[present] = self._hex_interned(c.key, vals[present])
+
+            def enc(idx):
+                v, yes = vals[idx], interned[idx]
+                a = Rows(v.size).const(name)
+                if yes.any():
+                    a.const(key(_DA_STR_IID, 0), yes).varint(iids[idx], yes)
+                no = ~yes
+                if no.any():
+                    m, lens = hexes(v)
+                    a.const(key(_DA_STR, 2), no).varint(lens + 2, no).const(b"0x", no).piece(m, lens, no, right=True)
+                return a
+        else:
+            raise ValueError(f"unknown column kind {c.kind!r}")
+        return enc
+
+    def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
+        n = len(ts)
+        if n == 0:
+            return
+        if self._write_framed is None:
+            return super().slices(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
+        ts = np.asarray(ts).astype(np.int64, copy=False)
+        end = ts + np.maximum(np.asarray(dur).astype(np.int64, copy=False), 0)
+        tid = np.asarray(tid)
+        # Thread tracks: a descriptor for each thread not seen before, at its earliest slice here.
+        threads, first, inv = np.unique(tid, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        earliest = np.full(threads.size, np.iinfo(np.int64).max)
+        np.minimum.at(earliest, inv, ts)
+        uuids = np.array([self._thread_track(t, None if pid is None else int(pid[i]), t0)
+                          for t, i, t0 in zip(threads.tolist(), first.tolist(), earliest.tolist())], np.int64)
+        uuid = uuids[inv]
+        name_cat = []
+        for field, table_, v in ((_TE_NAME, _ID_NAMES, name), (_TE_CATS, _ID_CATS, cat)):
+            if isinstance(v, Column):
+                name_cat.append((field, np.array([self._intern(table_, s) for s in v.strings], np.int64)[v.values]))
+            else:
+                name_cat.append((field, f_varint(field, self._intern(table_, v))))
+        encoders = {id(c): self._arg_encoder(c) for c in args}
+        flows = [(num, np.asarray(ids).astype("<u8")) for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in))
+                 if ids is not None]
+        ts_key, seq_tail = key(_PKT_TS, 0), self._seq_tail
+        out = []
+        for idx, cols in groups_by_args(n, args):
+            m = idx.size
+            # TrackEvent: type, track, name, category, debug annotations, flows
+            body = Rows(m).const(f_varint(_TE_TYPE, _BEGIN) + key(_TE_TRACK, 0)).varint(uuid[idx])
+            for field, v in name_cat:
+                if isinstance(v, bytes):
+                    body.const(v)
+                else:
+                    body.const(key(field, 0)).varint(v[idx])
+            for c in cols:
+                a = encoders[id(c)](idx)
+                body.const(key(_TE_ARGS, 2)).varint(a.total()).extend(a)
+            for num, ids in flows:
+                has = ids[idx] != 0
+                body.const(key(num, 1), has).piece(ids[idx].view(np.uint8).reshape(m, 8), np.full(m, 8), has)
+            begin = Rows(m).const(ts_key).varint(ts[idx]).const(key(_PKT_EVENT, 2)).varint(body.total())
+            begin.extend(body).const(seq_tail)
+            end_body = Rows(m).const(f_varint(_TE_TYPE, _END) + key(_TE_TRACK, 0)).varint(uuid[idx])
+            end_pkt = Rows(m).const(ts_key).varint(end[idx]).const(key(_PKT_EVENT, 2)).varint(end_body.total())
+            end_pkt.extend(end_body).const(seq_tail)
+            packets = Rows(m)
+            for pkt in (begin, end_pkt):  # begin and end of a slice side by side, each framed as Trace.packet
+                packets.const(key(1, 2)).varint(pkt.total()).extend(pkt)
+            out.append(packets.build())
+        self._flush_pending()
+        self._write_framed(b"".join(out))
+
+    def counters(self, name, ts, values, pid=None):
+        n = len(ts)
+        if n == 0:
+            return
+        values = np.asarray(values)
+        if self._write_framed is None or values.dtype.kind not in "iuf":
+            return super().counters(name, ts, values, pid)
+        ts = np.asarray(ts).astype(np.int64, copy=False)
+
+        def fill(d):
+            d.name = name
+            d.counter.SetInParent()
+            if pid is not None:
+                d.parent_uuid = self._process_track(pid, int(ts[0]))
+        uuid = self._track(("counter", name, pid), fill, int(ts[0]))
+        body = Rows(n).const(f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid))
+        if values.dtype.kind == "f":
+            body.const(key(_TE_DCOUNTER, 1)).piece(values.astype("<f8").view(np.uint8).reshape(n, 8),
+                                                   np.full(n, 8))
+        else:
+            body.const(key(_TE_COUNTER, 0)).varint(values)
+        pkt = Rows(n).const(key(_PKT_TS, 0)).varint(ts).const(key(_PKT_EVENT, 2)).varint(body.total())
+        pkt.extend(body).const(self._seq_tail)
+        self._flush_pending()
+        self._write_framed(Rows(n).const(key(1, 2)).varint(pkt.total()).extend(pkt).build())
+
 
 class ChromeTrackSink(TrackSink):
     """Chrome JSON events, spooled to a temp file until `drain_into`."""
@@ -308,6 +604,87 @@ class ChromeTrackSink(TrackSink):
     def counter(self, name, ts, value, pid=None):
         self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else 0, "name": name,
                     "args": {"value": value}})
+
+    # -- bulk
+    @staticmethod
+    def _us(rows: Rows, ns: np.ndarray) -> Rows:
+        """Nanoseconds as exact decimal microseconds ('123.456')."""
+        ns = ns.astype(np.uint64)
+        rows.decimal(ns // np.uint64(1000))
+        frac = decimals(ns % np.uint64(1000) + np.uint64(1000))[0].copy()  # '1ddd': zero-padded digits
+        frac[:, 0] = ord(".")
+        return rows.piece(frac, np.full(ns.size, 4))
+
+    @staticmethod
+    def _json_strings(c: Column) -> tuple[np.ndarray, np.ndarray]:
+        """JSON strings of a "str" column (a table), only those used."""
+        enc = [b""] * len(c.strings)
+        for i in np.unique(c.values[c.mask()]).tolist():
+            enc[i] = orjson.dumps(c.strings[i])
+        return table(enc)
+
+    def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
+        n = len(ts)
+        if n == 0:
+            return
+        ts = np.asarray(ts).astype(np.int64, copy=False)
+        dur = np.maximum(np.asarray(dur).astype(np.int64, copy=False), 0)
+        tid = np.asarray(tid)
+        if pid is None:
+            threads, inv = np.unique(tid, return_inverse=True)
+            pid = np.array([self._pid(t, None) for t in threads.tolist()], np.int64)[inv.ravel()]
+        name_cat = []
+        for field, v in ((b',"name":', name), (b',"cat":', cat)):
+            if isinstance(v, Column):
+                name_cat.append((field, table([orjson.dumps(s) for s in v.strings]), v.values))
+            else:
+                name_cat.append((field + orjson.dumps(v), None, None))
+        strings = {id(c): self._json_strings(c) for c in args if c.kind == "str"}
+        out = []
+        for idx, cols in groups_by_args(n, args):
+            r = Rows(idx.size).const(b'{"ph":"X","ts":')
+            self._us(r, ts[idx]).const(b',"dur":')
+            self._us(r, dur[idx]).const(b',"pid":').decimal(np.asarray(pid)[idx].astype(np.int64))
+            r.const(b',"tid":').decimal(tid[idx].astype(np.int64))
+            for field, tab, codes in name_cat:
+                r.const(field)
+                if tab is not None:
+                    r.gather(tab, codes[idx])
+            for j, c in enumerate(cols):
+                r.const((b',"args":{' if j == 0 else b",") + orjson.dumps(c.key) + b":")
+                v = c.values[idx]
+                if c.kind == "int":
+                    r.decimal(v)
+                elif c.kind == "hex":
+                    r.const(b'"').hex(v).const(b'"')
+                elif c.kind == "str":
+                    r.gather(strings[id(c)], v)
+                else:
+                    raise ValueError(f"unknown column kind {c.kind!r}")
+            out.append(r.const(b"}},\n" if cols else b"},\n").build())
+        self._spool.write(b"".join(out))
+        self._n += n
+        for ids, ph in ((flow_out, "s"), (flow_in, "f")):  # few (CUDA graphs): one by one
+            if ids is None:
+                continue
+            for i in np.flatnonzero(np.asarray(ids)).tolist():
+                ev = {"ph": ph, "id": int(ids[i]), "ts": int(ts[i]) / 1000, "pid": int(pid[i]), "tid": int(tid[i]),
+                      "name": "flow", "cat": cat if isinstance(cat, str) else cat.strings[cat.values[i]]}
+                if ph == "f":
+                    ev["bp"] = "e"
+                self._emit(ev)
+
+    def counters(self, name, ts, values, pid=None):
+        n = len(ts)
+        values = np.asarray(values)
+        if n == 0 or values.dtype.kind not in "iu":  # floats: shortest repr, per value
+            return super().counters(name, ts, values, pid)
+        r = Rows(n).const(b'{"ph":"C","ts":')
+        self._us(r, np.asarray(ts).astype(np.int64, copy=False))
+        r.const(b',"pid":' + str(pid if pid is not None else 0).encode() + b',"name":' + orjson.dumps(name)
+                + b',"args":{"value":').decimal(values).const(b"}},\n")
+        self._spool.write(r.build())
+        self._n += n
 
     @property
     def count(self) -> int:

@@ -2,10 +2,12 @@
 
 Pass 1 (scan_*) learns what later records need: kernel handle names
 (cuModuleGetFunction), NCCL communicators, mapping snapshots, the graph
-capture -> instantiate -> launch chains, and the per-process counter series.
-Pass 2 writes one slice per call on its thread's track, category 'cuda',
-'cuda_driver' or 'nccl', named after the API function, with decoded
-arguments; finish() writes the counter tracks.
+capture -> instantiate -> launch chains, which allocation each free
+releases, and the per-process counter series.  Pass 2 writes one slice per
+call on its thread's track, category 'cuda', 'cuda_driver' or 'nccl', named
+after the API function, with decoded arguments: up to BATCH calls at a time
+as columns (decode_columns) through the sink's bulk `slices`, no Python step
+per call; finish() writes the counter tracks.
 
 Graph flows form a chain per graph: BeginCapture -> EndCapture ->
 Instantiate -> first Launch -> next Launch ...  (a TrackSink slice carries one
@@ -20,15 +22,25 @@ import numpy as np
 
 from .. import events as ev
 from ..converters.families import FamilyConverter
-from .decode import MEMCPY_KINDS, decode_group, launch_geometry, name_of, probe_table
-from .probes import CATEGORY, DRIVER, RUNTIME
+from ..converters.track_events import Column, ColumnSet
+from .decode import MEMCPY_KINDS, decode_columns, launch_func, name_of, probe_table, unique_rows
+from .probes import CATEGORY, NCCL, RUNTIME
 from .resolve import MapsIndex
 from .symbols import demangle
 
 BIN_NS = 100_000_000  # rate counters: 0.1 s bins
 LAUNCH_ROLES = ("launch_rt", "launch_cfg", "launch_cu")
 BOOKKEEPING = ("register_function", "kernel_handle")  # feed kernel names; no slices (tens of thousands at import)
+GRAPH_ROLES = ("capture_begin", "capture_end", "instantiate", "graph_launch")
+PASS1_ROLES = {*LAUNCH_ROLES, *GRAPH_ROLES, *BOOKKEEPING, "function_name", "comm_init", "alloc_dev", "alloc_host",
+               "free_dev", "free_host", "copy", "copy2d", "copy_peer"}
 FLOW_BASE = 0xC0DA << 32  # flow ids of this family (unique in the trace)
+BATCH = 1 << 14           # calls per bulk write (larger: little faster, more memory)
+# Allocations and frees seen in pass 1: t is when the counter changes (an
+# allocation's return, a free's entry), ts/tid identify the call's slice.
+MEM = np.dtype([("t", "<u8"), ("ts", "<u8"), ("tid", "<u4"), ("pid", "<u4"), ("host", "?"), ("alloc", "?"),
+                ("ptr", "<u8"), ("size", "<u8")])
+MEM_COUNTERS = ("cuda.allocated_bytes", "cuda.host_allocated_bytes")
 
 
 class CudaConverter(FamilyConverter):
@@ -47,10 +59,13 @@ class CudaConverter(FamilyConverter):
         self.comms: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, comm) -> (rank, nranks)
         self.graph_ev: list[tuple] = []                    # (ts, tid, role, pid, a0, a1, out, ok)
         self.flows: dict[tuple[int, int], list] = {}       # (tid, ts) -> [flow_in, flow_out]
-        self.mem: list[tuple] = []                         # (ts, pid, role, ptr, size)
+        self.mem: list[np.ndarray] = []                    # MEM records, in log order
+        self.free_size: dict[tuple[int, int], int] = {}    # (tid, ts) of a free -> size it released
+        self.mem_series: list[tuple] = []                  # (counter name, pid, t, bytes) arrays
         self.rates: dict[tuple[int, str], dict[int, float]] = {}
-        self.live: dict[tuple[int, int], int] = {}         # (pid, ptr) -> size, while emitting
         self._linked = False
+        self._queue: list[np.ndarray] = []                 # call records waiting for a bulk write
+        self._queued = 0
 
     # -- pass 1 -------------------------------------------------------------
     def scan_meta(self, meta: dict) -> None:
@@ -70,9 +85,13 @@ class CudaConverter(FamilyConverter):
         calls = ~names
         for pid_ in np.unique(ids[calls]).tolist():
             p = self.probes[pid_] if pid_ < len(self.probes) else None
-            if p is None:
+            if p is None or p.role not in PASS1_ROLES:
                 continue
             sel = calls & (ids == pid_)
+            if p.role in LAUNCH_ROLES:  # only counted: no copy of the records
+                sel &= ok
+                self._rates(recs["tgid"][sel], recs["ts"][sel], "cuda.launches_per_s", np.ones(int(sel.sum())))
+                continue
             g, gok = recs[sel], ok[sel]
             role, a = p.role, g["args"]
             if role == "register_function":
@@ -84,59 +103,108 @@ class CudaConverter(FamilyConverter):
             elif role == "function_name":
                 for r in g[gok & has_out[sel]]:
                     self.fn_name_ptr[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]), int(r["ts"]))
-            elif role in ("capture_begin", "capture_end", "instantiate", "graph_launch"):
-                for r, k in zip(g, gok.tolist()):
-                    self.graph_ev.append((int(r["ts"]), int(r["tid"]), role, int(r["tgid"]), int(r["args"][0]),
-                                          int(r["args"][1]), int(r["out"]), k))
+            elif role in GRAPH_ROLES:
+                self.graph_ev += zip(g["ts"].tolist(), g["tid"].tolist(), [role] * g.size, g["tgid"].tolist(),
+                                     a[:, 0].tolist(), a[:, 1].tolist(), g["out"].tolist(), gok.tolist())
                 if role == "graph_launch":
-                    self._rates(g[gok], "cuda.graph_launches_per_s", np.ones(int(gok.sum())))
+                    self._rates(g["tgid"][gok], g["ts"][gok], "cuda.graph_launches_per_s", np.ones(int(gok.sum())))
             elif role == "comm_init":
                 for r in g[gok & has_out[sel]]:
                     self.comms[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]) & 0xFFFFFFFF,
                                                                    int(r["args"][1]) & 0xFFFFFFFF)
             elif role in ("alloc_dev", "alloc_host"):
-                for r in g[gok & has_out[sel] & (g["out"] != 0)]:
-                    self.mem.append((int(r["ts"]) + int(r["dur"]), int(r["tgid"]), role, int(r["out"]),
-                                     int(r["args"][1])))
+                self._mem(g[gok & has_out[sel] & (g["out"] != 0)], role)
             elif role in ("free_dev", "free_host"):
-                for r in g[gok]:
-                    self.mem.append((int(r["ts"]), int(r["tgid"]), role, int(r["args"][0]), 0))
+                self._mem(g[gok], role)
             elif role in ("copy", "copy2d", "copy_peer"):
                 g, a = g[gok], a[gok]
-                kinds = self._copy_kinds(p, a)
-                nbytes = a[:, 4] * a[:, 5] if role == "copy2d" else a[:, self._slot(p, "bytes")]
-                for k in set(kinds):
-                    m = np.array([x == k for x in kinds], bool)
-                    self._rates(g[m], "cuda.memcpy_bytes_per_s." + k, nbytes[m].astype(np.float64))
-            elif role in LAUNCH_ROLES:
-                self._rates(g[gok], "cuda.launches_per_s", np.ones(int(gok.sum())))
+                nbytes = (a[:, 4] * a[:, 5] if role == "copy2d" else a[:, self._slot(p, "bytes")]).astype(np.float64)
+                for kind, m in self._copy_kinds(p, a):
+                    self._rates(g["tgid"][m], g["ts"][m], "cuda.memcpy_bytes_per_s." + kind, nbytes[m])
+
+    def _mem(self, g: np.ndarray, role: str) -> None:
+        m = np.zeros(g.size, MEM)
+        alloc = role.startswith("alloc")
+        m["t"] = g["ts"] + g["dur"] if alloc else g["ts"]
+        m["ts"], m["tid"], m["pid"], m["host"], m["alloc"] = g["ts"], g["tid"], g["tgid"], role.endswith("host"), alloc
+        m["ptr"] = g["out"] if alloc else g["args"][:, 0]
+        m["size"] = g["args"][:, 1] if alloc else 0
+        self.mem.append(m)
+
+    def _match_memory(self) -> None:
+        """Pair each free with the allocation it releases, in time order.
+
+        A free releases the pointer's latest allocation if nothing freed it
+        since (else it is a double free or of memory allocated before the
+        recording, and changes nothing).  Gives the size of each free's slice
+        and the per-process allocated-bytes series.
+        """
+        if not self.mem:
+            return
+        m = np.concatenate(self.mem)
+        # stable: calls at the same time keep their log order
+        s = m[np.lexsort((m["t"], m["ptr"], m["pid"], m["host"]))]
+        same = np.zeros(s.size, bool)
+        same[1:] = (s["host"][1:] == s["host"][:-1]) & (s["pid"][1:] == s["pid"][:-1]) & (s["ptr"][1:] == s["ptr"][:-1])
+        prev_alloc = np.zeros(s.size, bool)
+        prev_alloc[1:] = s["alloc"][:-1]
+        prev_size = np.zeros(s.size, np.int64)
+        prev_size[1:] = s["size"][:-1].astype(np.int64)
+        freed = ~s["alloc"] & same & prev_alloc
+        f = s[freed]
+        self.free_size = dict(zip(zip(f["tid"].tolist(), f["ts"].tolist()), prev_size[freed].tolist()))
+        keep = s["alloc"] | freed
+        k = s[keep]
+        if not k.size:
+            return
+        delta = np.where(k["alloc"], k["size"].astype(np.int64), -prev_size[keep])
+        o = np.lexsort((k["t"], k["pid"], k["host"]))
+        k, delta = k[o], delta[o]
+        starts = np.flatnonzero(np.r_[True, (k["host"][1:] != k["host"][:-1]) | (k["pid"][1:] != k["pid"][:-1])])
+        bounds = np.r_[starts, k.size]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            self.mem_series.append((MEM_COUNTERS[int(k["host"][a])], int(k["pid"][a]), k["t"][a:b],
+                                    np.cumsum(delta[a:b])))
 
     @staticmethod
     def _slot(p, key: str):
         return next(s for k, s, _ in p.fields if k == key)
 
+    def _pass1_done(self) -> None:
+        if not self._linked:
+            self._linked = True
+            self._link_graphs()
+            self._match_memory()
+
     @staticmethod
-    def _copy_kinds(p, a) -> list[str]:
+    def _copy_kinds(p, a) -> list[tuple[str, np.ndarray]]:
+        """(direction, rows) of copy records."""
+        everything = np.ones(a.shape[0], bool)
         for key, slot, fmt in p.fields:
             if key == "kind":
                 if slot == "const":
-                    return [fmt] * a.shape[0]
-                return [MEMCPY_KINDS.get(v, "other") for v in (a[:, slot] & 0xFFFFFFFF).tolist()]
-        return ["D2D"] * a.shape[0]  # peer copies
+                    return [(fmt, everything)]
+                codes = a[:, slot] & 0xFFFFFFFF
+                out: dict[str, np.ndarray] = {}
+                for v in np.unique(codes).tolist():
+                    kind = MEMCPY_KINDS.get(v, "other")
+                    out[kind] = out.get(kind, False) | (codes == v)
+                return list(out.items())
+        return [("D2D", everything)]  # peer copies
 
-    def _rates(self, g: np.ndarray, name: str, amounts: np.ndarray) -> None:
-        if not g.size:
+    def _rates(self, pids: np.ndarray, ts: np.ndarray, name: str, amounts: np.ndarray) -> None:
+        if not pids.size:
             return
-        keys = np.stack([g["tgid"].astype(np.int64), (g["ts"] // BIN_NS).astype(np.int64)], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        keys = (pids.astype(np.int64) << 40) | (ts // BIN_NS).astype(np.int64)  # bins < 2**40
+        uniq, inv = np.unique(keys, return_inverse=True)
         sums = np.bincount(inv.ravel(), weights=amounts, minlength=len(uniq))
-        for (pid, b), v in zip(uniq.tolist(), sums.tolist()):
-            bins = self.rates.setdefault((pid, name), {})
+        for k, v in zip(uniq.tolist(), sums.tolist()):
+            bins = self.rates.setdefault((k >> 40, name), {})
+            b = k & ((1 << 40) - 1)
             bins[b] = bins.get(b, 0.0) + v
 
     def _link_graphs(self) -> None:
         """Chain each graph's calls with flow ids (tid, ts identify a slice)."""
-        self._linked = True
         nxt = [1]
         begun: dict[tuple[int, int], tuple] = {}    # (pid, stream) -> begin slice
         graphs: dict[tuple[int, int], tuple] = {}   # (pid, graph) -> end-capture slice
@@ -181,34 +249,74 @@ class CudaConverter(FamilyConverter):
                              {k: v for k, v in meta.items() if k not in ("type", "ts")})
 
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
-        if not self._linked:
-            self._link_graphs()
-        recs = recs[recs["kind"] != ev.CUDA_NAME]
-        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
-        for pid_ in np.unique(ids).tolist():
-            p = self.probes[pid_] if pid_ < len(self.probes) else None
-            if p is None or p.role in BOOKKEEPING:
-                continue
-            group = recs[ids == pid_]
-            rows = decode_group(p, group)
-            if p.role in LAUNCH_ROLES:
-                self._kernels(p, group, rows)
-            cat, flows = CATEGORY[p.api], self.flows
-            cols = zip(group["ts"].tolist(), group["dur"].tolist(), group["tid"].tolist(), group["tgid"].tolist())
-            extra = p.api not in (RUNTIME, DRIVER) or p.role.startswith(("alloc", "free"))
-            for (ts, dur, tid, pid), rec, args in zip(cols, group, rows):
-                if extra:
-                    self._extra(p, rec, pid, args)
-                fl = flows.get((tid, ts))
-                sink.slice(ts, dur, tid, pid, p.name, cat, args,
-                           flow_out=fl[1] if fl else None, flow_in=fl[0] if fl else None)
+        # Everything the slices need was learnt in pass 1, so blocks can wait
+        # and go out together: fewer, larger bulk calls.
+        self._pass1_done()
+        self._queue.append(recs[recs["kind"] != ev.CUDA_NAME])
+        self._queued += self._queue[-1].size
+        if self._queued >= BATCH:
+            self._flush(sink)
 
-    def _kernels(self, p, group, rows) -> None:
-        func, _, _ = launch_geometry(p, group["args"])
-        for rec, f, r in zip(group, func.tolist(), rows):
-            pid, ts = int(rec["tgid"]), int(rec["ts"])
-            r["kernel"] = self._kernel_name(pid, f, ts, p.api == RUNTIME)
-            r["func" if p.api == RUNTIME else "function"] = f"{f:#x}"
+    def _flush(self, sink) -> None:
+        if self._queue:
+            recs = np.concatenate(self._queue) if len(self._queue) > 1 else self._queue[0]
+            self._queue, self._queued = [], 0
+            self._emit_calls(sink, recs)
+
+    def _emit_calls(self, sink, recs: np.ndarray) -> None:
+        """All these calls in one bulk `slices` call: each probe's records
+        decoded to columns, gathered into columns for all rows."""
+        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
+        known = np.array([p is not None and p.role not in BOOKKEEPING for p in self.probes] + [False], bool)
+        keep = known[np.minimum(ids, len(self.probes))]
+        if not keep.all():
+            recs, ids = recs[keep], ids[keep]
+        n = recs.size
+        if not n:
+            return
+        # Rows grouped by probe (in log order within a probe): each probe's
+        # records are then a contiguous slice.
+        order = np.argsort(ids, kind="stable")
+        recs, ids = recs[order], ids[order]
+        probe_ids, starts, counts = np.unique(ids, return_index=True, return_counts=True)
+        probes = [self.probes[i] for i in probe_ids.tolist()]
+        cats = list(dict.fromkeys(CATEGORY[p.api] for p in probes))
+        names = np.repeat(np.arange(len(probes)), counts)
+        cat_of = np.repeat(np.array([cats.index(CATEGORY[p.api]) for p in probes], np.intp), counts)
+        cols = ColumnSet(n)
+        flow_in = flow_out = None
+        for p, start, count in zip(probes, starts.tolist(), counts.tolist()):
+            idx = np.arange(start, start + count)
+            group = recs[start:start + count]
+            extra = decode_columns(p, group)
+            if p.role in LAUNCH_ROLES:
+                extra += self._kernels(p, group)
+            if p.api == NCCL:
+                extra += self._nccl(p, group)
+            elif p.role in ("free_dev", "free_host"):
+                extra.append(self._free_sizes(group))
+            for c in extra:
+                if c.present is None:
+                    cols.put(c.key, c.kind, idx, c.values, c.strings)
+                else:
+                    cols.put(c.key, c.kind, idx[c.present], c.values[c.present], c.strings)
+            if p.role in GRAPH_ROLES and self.flows:
+                if flow_in is None:
+                    flow_in, flow_out = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+                for i, tid, ts in zip(idx.tolist(), group["tid"].tolist(), group["ts"].tolist()):
+                    fin, fout = self.flows.get((tid, ts), (None, None))
+                    flow_in[i], flow_out[i] = fin or 0, fout or 0
+        sink.slices(recs["ts"], recs["dur"], recs["tid"], recs["tgid"],
+                    Column("name", "str", names, [p.name for p in probes]), Column("cat", "str", cat_of, cats),
+                    cols.columns(), flow_out=flow_out, flow_in=flow_in)
+
+    def _kernels(self, p, group) -> list[Column]:
+        """kernel (name) and func/function (pointer) of launches."""
+        func = launch_func(p, group["args"])
+        first, inv = unique_rows(group["tgid"], func)
+        pairs = zip(group["tgid"][first].tolist(), func[first].tolist(), group["ts"][first].tolist())
+        names = [self._kernel_name(pid, f, ts, p.api == RUNTIME) for pid, f, ts in pairs]
+        return [Column("kernel", "str", inv, names), Column("func" if p.api == RUNTIME else "function", "hex", func)]
 
     def _kernel_name(self, pid: int, f: int, ts: int, runtime: bool) -> str:
         """Runtime launches pass a host symbol or a cudaKernel_t made from one
@@ -235,46 +343,46 @@ class CudaConverter(FamilyConverter):
         # a host symbol nobody registered under our eyes: its ELF symbol, if any
         return self.maps.symbolize(pid, h, ts) if runtime or h != f else f"{f:#x}"
 
-    def _extra(self, p, rec, pid: int, args: dict) -> None:
-        role = p.role
-        if p.api not in (RUNTIME, DRIVER):  # NCCL: who am I
+    def _nccl(self, p, group) -> list[Column]:
+        """NCCL: who am I (RANK/WORLD_SIZE, else the communicator's rank and size)."""
+        comm = group["args"][:, self._comm_slot(p)] if p.role == "collective" else np.zeros(group.size, np.uint64)
+        first, inv = unique_rows(group["tgid"], comm)
+        rows = []
+        for pid, c in zip(group["tgid"][first].tolist(), comm[first].tolist()):
             rank, world = self.maps.rank(pid)
-            comm = self.comms.get((pid, int(rec["args"][self._comm_slot(p)]))) if role == "collective" else None
-            if comm:
-                args["comm_rank"], args["comm_size"] = comm
-            if rank is None and comm:
-                rank, world = comm
-            if rank is not None:
-                args["rank"] = rank
-            if world is not None:
-                args["world_size"] = world
-        elif role in ("alloc_dev", "alloc_host") and "ptr" in args:
-            self.live[(pid, int(rec["out"]))] = int(rec["args"][1])
-        elif role in ("free_dev", "free_host") and args.get("ret", 0) == 0:
-            size = self.live.pop((pid, int(rec["args"][0])), None)
-            if size is not None:
-                args["size"] = size
+            cm = self.comms.get((pid, c)) if p.role == "collective" else None
+            if rank is None and cm:
+                rank, world = cm
+            rows.append((*(cm or (None, None)), rank, world))
+        out = []
+        for j, key in enumerate(("comm_rank", "comm_size", "rank", "world_size")):
+            vals = [r[j] for r in rows]
+            if all(v is None for v in vals):
+                continue
+            present = np.array([v is not None for v in vals])[inv]
+            out.append(Column(key, "int", np.array([v or 0 for v in vals], np.int64)[inv], present=present))
+        return out
+
+    def _free_sizes(self, group) -> Column:
+        """Size released by each free (matched in pass 1)."""
+        sizes = [self.free_size.get(k) for k in zip(group["tid"].tolist(), group["ts"].tolist())]
+        return Column("size", "int", np.array([s or 0 for s in sizes], np.int64),
+                      present=np.array([s is not None for s in sizes], bool))
 
     @staticmethod
     def _comm_slot(p) -> int:
         return next(s for k, s, _ in p.fields if k == "comm")
 
     def finish(self, sink) -> None:
-        for name, role_a, role_f in (("cuda.allocated_bytes", "alloc_dev", "free_dev"),
-                                     ("cuda.host_allocated_bytes", "alloc_host", "free_host")):
-            live: dict[tuple[int, int], int] = {}
-            total: dict[int, int] = {}
-            for ts, pid, role, ptr, size in sorted(self.mem):
-                if role == role_a:
-                    live[(pid, ptr)] = size
-                elif role == role_f and (pid, ptr) in live:
-                    size = -live.pop((pid, ptr))
-                else:
-                    continue
-                total[pid] = total.get(pid, 0) + size
-                sink.counter(name, ts, total[pid], pid=pid)
+        self._pass1_done()
+        self._flush(sink)
+        for name, pid, t, total in self.mem_series:
+            sink.counters(name, t, total, pid=pid)
         for (pid, name), bins in sorted(self.rates.items()):
-            for b in sorted(bins):
-                sink.counter(name, b * BIN_NS, bins[b] * 1e9 / BIN_NS, pid=pid)
+            pts = []
+            for b in sorted(bins):  # each bin's rate, back to 0 after a bin followed by an empty one
+                pts.append((b * BIN_NS, bins[b] * 1e9 / BIN_NS))
                 if b + 1 not in bins:
-                    sink.counter(name, (b + 1) * BIN_NS, 0.0, pid=pid)
+                    pts.append(((b + 1) * BIN_NS, 0.0))
+            sink.counters(name, np.array([t for t, _ in pts], np.int64), np.array([v for _, v in pts], np.float64),
+                          pid=pid)

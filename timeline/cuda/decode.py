@@ -1,14 +1,18 @@
 """Raw CUDA/NCCL call records -> slice arguments.
 
-Records of one block are grouped by probe id and their argument columns
-converted with numpy (masks, shifts, signed views) before the per-call dicts
-are built, so the Python work per call is a few dict stores.
+Records of one block are grouped by probe id; `decode_columns` turns a
+group's argument slots into argument columns with numpy (masks, shifts,
+signed views; strings as indices into the few distinct values), which the
+TrackSinks encode in bulk.  `decode_group` is the per-call form (a dict per
+record), kept as the straightforward reference the columns are tested
+against.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import events as ev
+from ..converters.track_events import Column
 from .probes import BY_NAME, DRIVER, NCCL, RUNTIME, Probe
 
 MEMCPY_KINDS = {0: "H2H", 1: "H2D", 2: "D2H", 3: "D2D", 4: "default"}
@@ -72,6 +76,11 @@ def _dims(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> list[str]:
     return [f"{a},{b},{c}" for a, b, c in zip(x.tolist(), y.tolist(), z.tolist())]
 
 
+def launch_func(p: Probe, a: np.ndarray) -> np.ndarray:
+    """Function pointer (runtime) or CUfunction handle (driver) of launch records."""
+    return a[:, 1] if p.role == "launch_cfg" else a[:, 0]
+
+
 def launch_geometry(p: Probe, a: np.ndarray) -> tuple[np.ndarray, list[str], list[str]]:
     """(function pointer or handle, grid, block) columns of launch records."""
     lo = lambda c: (c & 0xFFFFFFFF).astype(np.uint32)  # noqa: E731
@@ -126,6 +135,90 @@ def decode_group(p: Probe, recs: np.ndarray) -> list[dict]:
             if ret:
                 r["error"] = errs.get(ret, "error")
     return rows
+
+
+def _labels(key: str, vals: np.ndarray, label) -> Column:
+    """A "str" column from integer codes: label(v) for each distinct v."""
+    uniq, inv = np.unique(vals, return_inverse=True)
+    return Column(key, "str", inv.ravel(), [label(v) for v in uniq.tolist()])
+
+
+def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct tuples of equal-length integer columns: (index of each one's
+    first row, index of each row's tuple).  1-D uniques only (np.unique with
+    axis=0 sorts byte strings, far slower)."""
+    codes = np.zeros(cols[0].size, np.int64)
+    for col in cols:
+        u, inv = np.unique(col, return_inverse=True)
+        codes = codes * u.size + inv.ravel()
+    _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+    return first, inv.ravel()
+
+
+def _dims_column(key: str, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> Column:
+    first, inv = unique_rows(x, y, z)
+    return Column(key, "str", inv, [f"{a},{b},{c}" for a, b, c in zip(x[first].tolist(), y[first].tolist(),
+                                                                      z[first].tolist())])
+
+
+def _field_column(key: str, fmt: str, col: np.ndarray) -> Column:
+    if fmt == "hex":
+        return Column(key, "hex", col)
+    if fmt == "i32":
+        return Column(key, "int", _i32(col).astype(np.int64))
+    if fmt == "u32":
+        return Column(key, "int", _u32(col).astype(np.int64))
+    if fmt == "u64":
+        return Column(key, "int", col)
+    if fmt == "kind":
+        return _labels(key, _u32(col), lambda v: MEMCPY_KINDS.get(v, str(v)))
+    if fmt == "dtype":
+        return _labels(key, _u32(col), lambda v: NCCL_TYPES.get(v, (str(v), 0))[0])
+    if fmt == "op":
+        return _labels(key, _u32(col), lambda v: NCCL_OPS.get(v, str(v)))
+    raise ValueError(f"unknown field format {fmt!r}")
+
+
+def decode_columns(p: Probe, recs: np.ndarray) -> list[Column]:
+    """Slice args of records of one probe, as columns (same keys and values
+    as decode_group)."""
+    a = recs["args"]
+    n = recs.size
+    cols: dict[str, Column] = {}
+    for key, slot, fmt in p.fields:
+        if slot == "const":
+            cols[key] = Column(key, "str", np.zeros(n, np.intp), [fmt])
+        elif slot == "out":  # read through the result pointer: only from successful calls
+            c = cols[key] = _field_column(key, fmt, recs["out"])
+            c.present = ((recs["flags"] & ev.CF_OUT) != 0) & (_i32(recs["ret"]) == 0)
+        else:
+            cols[key] = _field_column(key, fmt, a[:, slot])
+    lo = lambda c: (c & 0xFFFFFFFF).astype(np.uint32)  # noqa: E731
+    hi = lambda c: (c >> 32).astype(np.uint32)  # noqa: E731
+    if p.role == "launch_rt":
+        cols["grid"] = _dims_column("grid", lo(a[:, 1]), hi(a[:, 1]), lo(a[:, 2]))
+        cols["block"] = _dims_column("block", lo(a[:, 3]), hi(a[:, 3]), lo(a[:, 4]))
+    elif p.role == "launch_cfg":
+        cols["grid"] = _dims_column("grid", lo(a[:, 4]), hi(a[:, 4]), lo(a[:, 5]))
+        cols["block"] = _dims_column("block", hi(a[:, 5]), lo(a[:, 6]), hi(a[:, 6]))
+    elif p.role == "launch_cu":
+        cols["grid"] = _dims_column("grid", lo(a[:, 1]), lo(a[:, 2]), lo(a[:, 3]))
+        cols["block"] = _dims_column("block", lo(a[:, 4]), lo(a[:, 5]), lo(a[:, 6]))
+    if p.role == "copy2d":
+        cols["bytes"] = Column("bytes", "int", a[:, 4] * a[:, 5])
+    if p.role == "collective":
+        dt = cols["datatype"]
+        size = np.array([next((sz for nm, sz in NCCL_TYPES.values() if nm == s), 0) for s in dt.strings],
+                        np.uint64)[dt.values]
+        cols["bytes"] = Column("bytes", "int", cols["count"].values * size, present=size > 0)
+    has_ret = (recs["flags"] & ev.CF_HAS_RET) != 0
+    ret = _i32(recs["ret"])
+    cols["ret"] = Column("ret", "int", ret.astype(np.int64), present=has_ret)
+    errs = ERRORS.get(p.api, {})
+    err = _labels("error", ret, lambda v: errs.get(v, "error"))
+    err.present = has_ret & (ret != 0)
+    cols["error"] = err
+    return list(cols.values())
 
 
 def name_of(rec) -> str:
