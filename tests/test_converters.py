@@ -327,6 +327,27 @@ def test_chain_break_and_attach(tmp_path, open_trace):
                 assert q(tp, "select p.pid from thread join process p using (upid) where tid = 2001") == [(2000,)]
 
 
+def test_wakings_before_a_cpus_first_switch_are_kept(tmp_path, open_trace):
+    """trace_processor skips compact wakings before a CPU's first switch, so the
+    protobuf leads with a synthetic switch at the first waking instead."""
+    b = LogBuilder(ncpu=2, mode="attach", target_pid=2000)
+    b.procs(T(1), [{"pid": 2000, "ppid": 1, "comm": "trainer", "cmdline": ["python"],
+                    "threads": [{"tid": 2000, "comm": "trainer"}, {"tid": 2001, "comm": "loader"}]}])
+    b.switch(T(5), 0, 0, 2000, prev_tracked=False)
+    b.waking(T(10), 1, 2000, 2001, target_cpu=1)  # CPU 1's first event: a waking
+    b.switch(T(30), 1, 0, 2001, prev_tracked=False)
+    b.switch(T(40), 1, 2001, 0, prev_state=1, next_tracked=False)
+    raw = b.write(tmp_path / "w.tlraw", end_block(drops_sched=[0, 0], drops_proc=[0, 0], stop_ts=T(50)))
+    for name in ("w.pftrace", "w.json"):
+        convert(raw, str(tmp_path / name))
+        with open_trace(tmp_path / name) as tp:
+            states = q(tp, """select ts, dur, state from thread_state join thread using (utid)
+                              where tid = 2001 order by ts""")
+            assert states[:2] == [(T(10), T(30) - T(10), "R"), (T(30), T(40) - T(30), "Running")], (name, states)
+            if name.endswith("pftrace"):
+                assert q(tp, "select value from stats where name = 'compact_sched_waking_skipped'") == [(0,)]
+
+
 def test_packed_varints_match_protobuf():
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 

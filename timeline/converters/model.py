@@ -425,6 +425,19 @@ class SchedNormalizer:
         sts = sw["ts"].astype(np.int64)
         state = sw["arg"].astype(np.int64)
         prio = sw["prio"].astype(np.int64)
+        lead = 0
+        if self.leading and cpu not in self.last_next and wk.size:
+            # trace processor also skips wakings before a CPU's first compact
+            # switch: lead with a synthetic one at the first waking instead.
+            t0 = int(wk["ts"].min())
+            if not sts.size or t0 < sts[0]:
+                first_prev = int(prev[0]) if sts.size else other
+                prev, nxt = np.insert(prev, 0, other), np.insert(nxt, 0, first_prev)
+                sts, state = np.insert(sts, 0, t0), np.insert(state, 0, STATE_RUNNABLE)
+                prio = np.insert(prio, 0, DEFAULT_PRIO)
+                self.last_next[cpu] = other
+                self.synthetic += 1
+                lead = 1
         if sts.size:
             first = cpu not in self.last_next
             expected = np.empty_like(prev)
@@ -457,7 +470,7 @@ class SchedNormalizer:
         return CpuSched(cpu, sts, prev, nxt, state, prio,
                         wk["ts"].astype(np.int64), waker, woken,
                         wk["arg"].astype(np.int64), wk["prio"].astype(np.int64),
-                        int(brk.size) if sts.size else 0)
+                        (int(brk.size) if sts.size else 0) + lead)
 
     def _dead(self, tid: int, ts: int) -> bool:
         e = self.exit_ts.get(tid)
