@@ -128,6 +128,8 @@ class _Consumer(threading.Thread):
                     continue
                 self.writer.write_ring(rid, data)
                 total += len(data)
+                if rid == events.RING_PROC and self.ctx is not None:
+                    self.ctx.note_proc_records(data, reader.stride)
                 rows = np.frombuffer(data, np.uint8).reshape(-1, reader.stride)
                 for kind, n in enumerate(np.bincount(rows[:, self._kind_off[rid]])):
                     if n:
@@ -147,6 +149,8 @@ class _Consumer(threading.Thread):
         try:
             while not self.stop_event.is_set():
                 moved = self.drain_once()
+                if self.ctx is not None:
+                    self.ctx.reconcile_processes()
                 for plugin in self.plugins:
                     plugin.tick(self.ctx)
                 if moved >= (1 << 20):
@@ -244,6 +248,7 @@ class Recorder:
                 finally:
                     session.arm_launch(False)
                 ctx.target_pids = [proc.pid]
+                ctx.add_processes(ctx.target_pids)
                 ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
             for plugin in plugins:
                 plugin.on_target(ctx)
@@ -267,6 +272,7 @@ class Recorder:
                     session.track(t["tid"], p["pid"])
                 seen[p["pid"]] = p
         ctx.write_meta({"type": "procs", "ts": ctx.now_ns(), "processes": list(seen.values())})
+        ctx.add_processes(seen)
         return sorted(seen)
 
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
