@@ -114,10 +114,7 @@ class _Consumer(threading.Thread):
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
         self.ctx: RecorderContext | None = None
-        self.kind_counts: dict[tuple[int, int], int] = {}
         self.error: BaseException | None = None
-        # byte offset of each ring's `kind` field within a record (header included)
-        self._kind_off = {f.ring_id: events.RINGBUF_HDR + f.dtype.fields["kind"][1] for f in session.families}
 
     def drain_once(self) -> int:
         total = 0
@@ -130,11 +127,12 @@ class _Consumer(threading.Thread):
                 total += len(data)
                 if rid == events.RING_PROC and self.ctx is not None:
                     self.ctx.note_proc_records(data, reader.stride)
-                rows = np.frombuffer(data, np.uint8).reshape(-1, reader.stride)
-                for kind, n in enumerate(np.bincount(rows[:, self._kind_off[rid]])):
-                    if n:
-                        self.kind_counts[(rid, kind)] = self.kind_counts.get((rid, kind), 0) + int(n)
         return total
+
+    def kind_counts(self) -> dict[tuple[int, int], int]:
+        """(ring id, kind) -> records drained."""
+        return {(rid, int(k)): int(r.kinds[k]) for rid, r in self.session.readers.items()
+                for k in np.flatnonzero(r.kinds)}
 
     # While little data moves, the wait between drains doubles up to this many
     # times the base interval: each drain costs the recorder's CPU (which
@@ -367,7 +365,8 @@ class Recorder:
         finally:
             writer.close()
             records = {f.name: session.readers[f.ring_id].records for f in session.families}
+            kind_counts = consumer.kind_counts()
             session.close()
-        kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(consumer.kind_counts.items())}
+        kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
                             writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [])
