@@ -4,11 +4,16 @@ libbpf's ring_buffer__consume calls back once per record; at millions of
 events per second a Python callback per record costs more than the probes.
 Every timeline ring carries records of one fixed size, so we can instead find
 the committed span [consumer, producer) with two loads, check the BUSY bits of
-its record headers with numpy, copy the span out as one bytes object and
-advance the consumer position: one copy per drain, no per-record Python.
-The recorder drains every ring several times a second while training runs
-on the same CPUs, so a drain is kept to a handful of numpy calls (strided
-views, no temporary copies), and counting records per kind is one of them.
+its record headers, copy the span out as one bytes object and advance the
+consumer position: one copy per drain, no per-record Python.
+
+The recorder drains every ring several times a second while training runs on
+the same CPUs, and each drain starts cold (caches and branch predictors full
+of the workload's state), where every interpreter step and numpy call costs
+tens of microseconds.  So a drain is a few built-in operations: extended
+slices of the mmap give the headers' top bytes (BUSY is bit 31 of the
+little-endian length word: a top byte >= 0x80, found by one bytes.isascii())
+and each record's `kind` byte (counted in bulk once enough have gathered).
 
 Kernel ring buffer layout (see kernel/bpf/ringbuf.c): page 0 holds
 consumer_pos (writable by user space); page 1 holds producer_pos; the data
@@ -24,9 +29,11 @@ import struct
 
 import numpy as np
 
-from .events import RINGBUF_BUSY_BIT, RINGBUF_HDR, ring_stride
+from .events import RINGBUF_HDR, ring_stride
 
 _U64 = struct.Struct("<Q")
+_BUSY_BYTE = 3  # offset of the header byte holding BUSY (bit 31 of the u32 length, little-endian)
+_KIND_FOLD = 1 << 20  # kind bytes gathered before they are counted
 
 
 class RingReader:
@@ -39,14 +46,14 @@ class RingReader:
         self.stride = ring_stride(record_dtype)
         self._cons = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._prod = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
-        self._data = np.frombuffer(self._prod, dtype=np.uint8, offset=page)
-        self._lens = np.frombuffer(self._prod, dtype="<u4", offset=page)  # record header words
         self._page = page
         kind = (record_dtype.fields or {}).get("kind")
         self._kind_off = RINGBUF_HDR + kind[1] if kind else None
         self.records = 0
         self.bytes = 0
-        self.kinds = np.zeros(256, np.int64)  # records drained, by their `kind` byte
+        self._kinds = np.zeros(256, np.int64)
+        self._kind_bytes: list[bytes] = []
+        self._kind_pending = 0
 
     def pending_bytes(self) -> int:
         return _U64.unpack_from(self._prod, 0)[0] - _U64.unpack_from(self._cons, 0)[0]
@@ -61,27 +68,40 @@ class RingReader:
         n = avail // self.stride
         if n == 0:
             return b""
-        start = cons & self.mask
-        end = start + n * self.stride
-        lens = self._lens[start >> 2 : end >> 2 : self.stride >> 2]  # strides are multiples of 8
-        if lens.max() >= RINGBUF_BUSY_BIT:
-            n = int(np.argmax(lens >= RINGBUF_BUSY_BIT))  # stop at the first record still being written
+        mm, stride = self._prod, self.stride
+        start = self._page + (cons & self.mask)
+        end = start + n * stride
+        top = mm[start + _BUSY_BYTE : end : stride]
+        if not top.isascii():  # stop at the first record still being written
+            n = next(i for i, b in enumerate(top) if b & 0x80)
             if n == 0:
                 return b""
-            end = start + n * self.stride
-        out = self._data[start:end].tobytes()
+            end = start + n * stride
+        out = mm[start:end]
         if self._kind_off is not None:
-            self.kinds += np.bincount(self._data[start + self._kind_off : end : self.stride], minlength=256)
+            self._kind_bytes.append(mm[start + self._kind_off : end : stride])
+            self._kind_pending += n
+            if self._kind_pending >= _KIND_FOLD:
+                self._fold_kinds()
         # Release the space only after the copy is done.
         _U64.pack_into(self._cons, 0, cons + n * self.stride)
         self.records += n
         self.bytes += len(out)
         return out
 
+    def _fold_kinds(self) -> None:
+        if self._kind_bytes:
+            self._kinds += np.bincount(np.frombuffer(b"".join(self._kind_bytes), np.uint8), minlength=256)
+            self._kind_bytes.clear()
+            self._kind_pending = 0
+
+    @property
+    def kinds(self) -> np.ndarray:
+        """Records drained so far, by their `kind` byte (256 counts)."""
+        self._fold_kinds()
+        return self._kinds
+
     def close(self) -> None:
-        self._data = self._lens = None
+        self._fold_kinds()
         for m in (self._prod, self._cons):
-            try:
-                m.close()
-            except BufferError:
-                pass  # a numpy view still exists somewhere; the GC closes it
+            m.close()
