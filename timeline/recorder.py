@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import select
 import signal
 import subprocess
 import threading
@@ -163,6 +164,46 @@ class _Consumer(threading.Thread):
             self.error = e
 
 
+class _Sleeper:
+    """The main thread's wait between its checks (target exited? signal?
+    duration over?): it wakes when the target exits (a pidfd) or a signal
+    arrives (signal.set_wakeup_fd), so it need not wake ten times a second
+    to poll.  Without pidfds (Linux < 5.3) it polls every POLL_S."""
+
+    POLL_S = 0.1
+
+    def __init__(self, pid: int):
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+
+    def sleep(self, timeout: float) -> None:
+        fds = [self.r]
+        if self.pidfd is None:
+            timeout = min(timeout, self.POLL_S)
+        else:
+            fds.append(self.pidfd)
+        ready = select.select(fds, [], [], max(timeout, 0.0))[0]
+        if self.r in ready:
+            try:
+                while os.read(self.r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if self.pidfd is not None and self.pidfd in ready:
+            os.close(self.pidfd)  # exited: readable from now on; poll if the caller waits on
+            self.pidfd = None
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.old)
+        for fd in (self.r, self.w, self.pidfd):
+            if fd is not None:
+                os.close(fd)
+
+
 KIND_NAMES = {
     (events.RING_SCHED, events.SCHED_SWITCH): "sched_switch",
     (events.RING_SCHED, events.SCHED_WAKING): "sched_waking",
@@ -273,7 +314,18 @@ class Recorder:
         ctx.add_processes(seen)
         return sorted(seen)
 
+    # Longest wait between checks when nothing wakes the main thread: it only
+    # bounds how late a failed consumer thread is noticed.
+    WAIT_MAX = 1.0
+
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
+        sleeper = _Sleeper(proc.pid if proc is not None else self.cfg.pid)
+        try:
+            return self._wait_loop(proc, consumer, session, sleeper)
+        finally:
+            sleeper.close()
+
+    def _wait_loop(self, proc, consumer: _Consumer, session: BpfSession, sleeper: _Sleeper) -> tuple[str, int]:
         cfg = self.cfg
         deadline = self.start_time + cfg.duration if cfg.duration else None
         interrupts = 0
@@ -293,11 +345,16 @@ class Recorder:
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
                 self._forward(proc, sig, interrupts)
-            if deadline and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline and now >= deadline:
                 return "duration reached", 0
+            timeout = self.WAIT_MAX
             if self.status is not None:
                 self.status(self._progress(consumer, session))  # reads BPF maps: only when shown
-            time.sleep(0.1)
+                timeout = 0.1
+            if deadline:
+                timeout = min(timeout, deadline - now)
+            sleeper.sleep(timeout)
 
     def _forward(self, proc: subprocess.Popen, sig: int, nth: int) -> None:
         """Launch mode: the target decides when it ends; we follow.
