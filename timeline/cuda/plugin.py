@@ -40,7 +40,7 @@ KIND_NAMES.update({(ev.RING_CUDA, ev.CUDA_CALL): "cuda_call", (ev.RING_CUDA, ev.
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
 CHECK_EVERY = 0.5    # s between VmLib checks of a process
 CHECK_ACTIVE = 0.1   # ... while CUDA calls flow (see _scan)
-MAPS_EVERY = 10.0    # s between maps reads regardless: a dlclose and a dlopen of the same size cancel out
+MAPS_EVERY = 30.0    # s between maps reads regardless: a dlclose and a dlopen of the same size cancel out
 
 
 class _Proc:
