@@ -1,10 +1,18 @@
-"""RecorderContext.processes: the recorded processes, kept from proc ring records."""
+"""Recorder parts without a recording: RecorderContext.processes (the recorded
+processes, kept from proc ring records) and the main thread's sleep."""
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
+import pytest
 
 from timeline import events
 from timeline.bpf_session import BpfSession
+from timeline.recorder import _Sleeper
 from timeline.recorder_plugins import RecorderContext
 from helpers import require_root
 
@@ -76,3 +84,30 @@ def test_reconcile_with_the_tracked_map():
         assert sorted(c.processes) == [500, 700] and c.processes[500] == gen500
     finally:
         session.close()
+
+
+def test_sleep_ends_when_the_target_exits_or_a_signal_arrives():
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    got = []
+    old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    sleeper = _Sleeper(child.pid)
+    try:
+        if sleeper.pidfd is None:
+            pytest.skip("no pidfd_open here (Linux < 5.3): the sleeper polls")
+        t0 = time.monotonic()
+        sleeper.sleep(0.2)  # nothing happens: the whole timeout
+        assert time.monotonic() - t0 >= 0.2 and child.poll() is None
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        t0 = time.monotonic()
+        sleeper.sleep(30)
+        assert got == [signal.SIGUSR1] and time.monotonic() - t0 < 15
+        threading.Timer(0.1, child.stdin.close).start()
+        t0 = time.monotonic()
+        sleeper.sleep(30)
+        assert time.monotonic() - t0 < 15 and child.wait(5) == 0
+    finally:
+        sleeper.close()
+        signal.signal(signal.SIGUSR1, old)
+        if child.poll() is None:
+            child.kill()
+    assert signal.set_wakeup_fd(-1) == -1  # the previous wakeup fd (none) is back
