@@ -2,6 +2,7 @@
 processes, kept from proc ring records) and the main thread's sleep."""
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -79,9 +80,18 @@ def test_reconcile_with_the_tracked_map():
             session.track(tid, tgid)
         gen500 = c.processes[500]
         c.reconcile_processes()  # not due yet: nothing changes
+        c._reconcile_at = 0
+        c.reconcile_processes()  # due, but no proc record was lost: the map is not walked
         assert sorted(c.processes) == [500, 600]
-        c.reconcile_processes(force=True)
+        drops = session.objects["proc"].map("drops")  # what the proc programs count when the ring is full
+        drops.update(struct.pack("<I", events.RING_PROC), struct.pack("<Q", 1) * session.ncpu)
+        c._reconcile_at = 0
+        c.reconcile_processes()
         assert sorted(c.processes) == [500, 700] and c.processes[500] == gen500
+        session.track(800, 800)
+        c._reconcile_at = 0
+        c.reconcile_processes()  # no further loss: not walked again
+        assert sorted(c.processes) == [500, 700]
     finally:
         session.close()
 

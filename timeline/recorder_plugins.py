@@ -26,7 +26,7 @@ from . import events
 from .kctx.devices import map_items
 from .rawlog import RawLogWriter
 
-RECONCILE_S = 5.0  # s between checks of ctx.processes against the tracked map
+RECONCILE_S = 2.0  # s between looks at the proc ring's drop count (see reconcile_processes)
 
 # family name -> "module:Class"
 PLUGINS: dict[str, str] = {
@@ -53,6 +53,7 @@ class RecorderContext:
         self._ended: set[int] = set()  # exited: not to be re-added by a late add_processes
         self._plock = threading.Lock()
         self._reconcile_at = time.monotonic() + RECONCILE_S
+        self._proc_lost = 0
 
     @staticmethod
     def now_ns() -> int:
@@ -107,14 +108,19 @@ class RecorderContext:
                 self._ended.discard(pid)  # a pid used again
             self.processes = procs
 
-    def reconcile_processes(self, force: bool = False) -> None:
-        """Consumer thread: every few seconds, match ctx.processes against the
-        tracked map, the source of truth, in case proc records were lost to
-        a full ring."""
+    def reconcile_processes(self) -> None:
+        """Consumer thread: once proc records were lost to a full ring, match
+        ctx.processes against the tracked map, the source of truth.  Without
+        such losses every change of the set came as a record: the map (one
+        entry per thread, two syscalls each) is not walked."""
         now = time.monotonic()
-        if not force and now < self._reconcile_at:
+        if now < self._reconcile_at:
             return
         self._reconcile_at = now + RECONCILE_S
+        lost = sum(self.session.drops().get("proc", ()))
+        if lost == self._proc_lost:
+            return
+        self._proc_lost = lost
         tracked = {struct.unpack_from("<I", v)[0] for _, v in map_items(self.session.tracked, 4, 8)}
         with self._plock:
             if tracked == set(self.processes):
