@@ -88,6 +88,8 @@ class CudaPlugin(RecorderPlugin):
         self.seen_records = 0                  # cuda ring records at the last tick
         self.next_active = 0.0
         self.procs: dict[int, _Proc] = {}      # pid -> its mappings' state
+        self.live: dict[int, int] | None = None  # ctx.processes at the last scan
+        self.next_due = 0.0                    # earliest next_check of self.procs
         self.attach_s = 0.0
 
     # -- plugin hooks -------------------------------------------------------
@@ -187,16 +189,19 @@ class CudaPlugin(RecorderPlugin):
     def _scan(self, ctx, force: bool) -> None:
         """force: check every process now (start, end of recording)."""
         now = time.monotonic()
-        live = ctx.processes
-        for pid in [p for p in self.procs if p not in live]:
-            self.procs.pop(pid).close()
+        live = ctx.processes  # replaced by the context whenever a process comes, goes or execs
         # CUDA calls just happened: check now, so the maps that name their
         # kernels are snapshotted before a short-lived process can exit.
         records = ctx.session.readers[ev.RING_CUDA].records
         active = records != self.seen_records and now >= self.next_active
-        self.seen_records = records
+        if not (force or active or live is not self.live or now >= self.next_due):
+            return  # the common tick: nothing is due
         if active:
-            self.next_active = now + CHECK_ACTIVE
+            self.seen_records, self.next_active = records, now + CHECK_ACTIVE
+        if live is not self.live:
+            self.live = live
+            for pid in [p for p in self.procs if p not in live]:
+                self.procs.pop(pid).close()
         t0 = time.monotonic()
         new = []
         for pid, gen in live.items():
@@ -222,6 +227,7 @@ class CudaPlugin(RecorderPlugin):
             if h != st.maps_hash:
                 st.maps_hash = h
                 new += self._scan_maps(ctx, pid, text, st)
+        self.next_due = min((st.next_check for st in self.procs.values()), default=float("inf"))
         self._write_libs(ctx, new)
         if new:
             self.attach_s += time.monotonic() - t0
