@@ -111,7 +111,12 @@ class _Consumer(threading.Thread):
     def __init__(self, session: BpfSession, writer: RawLogWriter, interval: float):
         super().__init__(name="timeline-consumer", daemon=True)
         self.session, self.writer, self.interval = session, writer, interval
-        self.stop_event = threading.Event()
+        # Waits between drains are on a bare lock that stop() releases: an
+        # Event's wait costs a Condition and a fresh lock per call, on a
+        # thread that wakes cold several times a second.
+        self._stopping = False
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
         self.ctx: RecorderContext | None = None
@@ -130,6 +135,11 @@ class _Consumer(threading.Thread):
                     self.ctx.note_proc_records(data, reader.stride)
         return total
 
+    def stop(self) -> None:
+        self._stopping = True
+        if self._wake.locked():
+            self._wake.release()
+
     def kind_counts(self) -> dict[tuple[int, int], int]:
         """(ring id, kind) -> records drained."""
         return {(rid, int(k)): int(r.kinds[k]) for rid, r in self.session.readers.items()
@@ -146,7 +156,7 @@ class _Consumer(threading.Thread):
     def run(self) -> None:
         interval = self.interval
         try:
-            while not self.stop_event.is_set():
+            while not self._stopping:
                 moved = self.drain_once()
                 if self.ctx is not None:
                     self.ctx.reconcile_processes()
@@ -159,7 +169,7 @@ class _Consumer(threading.Thread):
                     interval = min(interval * 2, self.interval * self.BACKOFF)
                 else:
                     interval = self.interval
-                self.stop_event.wait(interval)
+                self._wake.acquire(timeout=interval)
         except BaseException as e:  # surfaced by the recorder
             self.error = e
 
@@ -405,7 +415,7 @@ class Recorder:
         """Detach, drain everything left, write END: always runs."""
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
         drops: dict[str, list[int]] = {}
-        consumer.stop_event.set()
+        consumer.stop()
         if consumer.is_alive():
             consumer.join()
         try:
