@@ -327,6 +327,7 @@ class Recorder:
     # Longest wait between checks when nothing wakes the main thread: it only
     # bounds how late a failed consumer thread is noticed.
     WAIT_MAX = 1.0
+    STATUS_S = 0.5  # progress for the status line, which shows it once a second
 
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
         sleeper = _Sleeper(proc.pid if proc is not None else self.cfg.pid)
@@ -361,7 +362,7 @@ class Recorder:
             timeout = self.WAIT_MAX
             if self.status is not None:
                 self.status(self._progress(consumer, session))  # reads BPF maps: only when shown
-                timeout = 0.1
+                timeout = self.STATUS_S
             if deadline:
                 timeout = min(timeout, deadline - now)
             sleeper.sleep(timeout)
