@@ -23,6 +23,9 @@ CUDA call, see bench/cuda_probe_cost.py) is not in the BPF counters; this
 CPU workload makes no CUDA calls.  Conversion after the run is reported
 separately (it runs after training has finished).
 
+--tty runs the recorder with its stderr on a pseudo-terminal and without -q,
+as in an interactive shell: it then keeps a status line up to date.
+
 --src DIR (repeatable) runs the `timeline` package of another checkout (a
 `git archive` of an older commit with its built .bpf.o files, say) next to
 this one: runs alternate between them, so their medians come from the same
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pty
 import statistics
 import subprocess
 import sys
@@ -129,15 +133,19 @@ def cpu_of(p: psutil.Process) -> float:
 def one_run(src: str, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="tl-acct-") as d:
         out = os.path.join(d, "t.pftrace")
-        rec = [sys.executable, "-m", "timeline.cli", "record", "-q", "--keep-raw", "-o", out]
+        rec = [sys.executable, "-m", "timeline.cli", "record", *([] if args.tty else ["-q"]), "--keep-raw", "-o", out]
         if args.events != "default":
             rec += ["--events", args.events]
         cmd = [*rec, "--", sys.executable, WORKLOAD, "--model", args.model, "--steps", str(args.steps),
                "--warmup", "10", "--json"]
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="1073741824",
                    PYTHONPATH=src)
-        recorder = psutil.Popen(cmd, env=env, cwd=src, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True)
+        term = pty.openpty() if args.tty else None
+        recorder = psutil.Popen(cmd, env=env, cwd=src, stdout=subprocess.PIPE,
+                                stderr=term[1] if term else subprocess.DEVNULL, text=True)
+        if term:
+            os.close(term[1])
+            os.set_blocking(term[0], False)
         watch = ProgWatch(recorder.pid)
         tree: dict[int, psutil.Process] = {}
         tree_cpu: dict[int, float] = {}
@@ -168,7 +176,17 @@ def one_run(src: str, args) -> dict:
                     pass
             for pid, p in tree.items():
                 tree_cpu[pid] = max(tree_cpu.get(pid, 0.0), cpu_of(p))
+            if term:
+                try:
+                    while os.read(term[0], 65536):  # the status line: keep the terminal from filling
+                        pass
+                except BlockingIOError:
+                    pass
+                except OSError:  # EIO: the recorder closed it
+                    pass
             time.sleep(POLL_S)
+        if term:
+            os.close(term[0])
         conv_s = time.perf_counter() - t_conv if t_conv else 0.0
         stdout = recorder.stdout.read()
         raw = out[: -len(".pftrace")] + ".tlraw"
@@ -187,7 +205,8 @@ def one_run(src: str, args) -> dict:
 
 
 def report_detail(r: dict, args) -> None:
-    print(f"workload {args.model}, {r['steps']} timed steps, events={args.events}, timeline from {r['src']}")
+    print(f"workload {args.model}, {r['steps']} timed steps, events={args.events}, timeline from {r['src']}"
+          f"{', status line on a terminal' if args.tty else ''}")
     print(f"{'program':18s} {'runs':>10s} {'ns/run':>8s} {'total ms':>9s}")
     for name, rt, cnt in sorted(r["progs"].values(), key=lambda v: -v[1]):
         if cnt:
@@ -207,6 +226,7 @@ def main() -> None:
     ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--events", default="default")
+    ap.add_argument("--tty", action="store_true", help="recorder on a terminal, with its status line")
     ap.add_argument("--runs", type=int, default=1, help="runs per source (alternating), medians reported")
     ap.add_argument("--src", action="append", default=[],
                     help="checkout whose timeline package to run (repeatable; default: this one)")
@@ -233,7 +253,8 @@ def main() -> None:
         with open(STATS, "w") as f:
             f.write(old)
     if args.runs > 1 or len(srcs) > 1:
-        print(f"\nmedians over {args.runs} run(s), model {args.model}, events={args.events}:")
+        print(f"\nmedians over {args.runs} run(s), model {args.model}, events={args.events}"
+              f"{', status line on a terminal' if args.tty else ''}:")
         print(f"{'timeline from':40s} {'workload s':>10s} {'probes %':>9s} {'recorder ms':>12s} "
               f"{'recorder %':>11s} {'added %':>8s}")
         for s, rs in results.items():
