@@ -70,7 +70,6 @@ class RecorderContext:
         with self._lock:
             self._writer.write_ring(ring, data)
 
-
     # -- recorded processes -----------------------------------------------
     def add_processes(self, pids) -> None:
         """Processes known other than from fork records (the launched target,
