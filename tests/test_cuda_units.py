@@ -112,6 +112,35 @@ def test_library_names_and_site_packages(tmp_path):
     assert dsc.parse_maps(maps) == [(0x7F00, 0x7F10, 0x2000, 1234, "/opt/x/libcudart.so.12")]
 
 
+def test_vmlib_grows_when_a_process_dlopens_a_library(tmp_path, standins):
+    """What the maps watcher relies on to skip reading /proc/PID/maps."""
+    import shutil
+    import subprocess
+    import sys
+    from timeline.cuda.plugin import _Proc, _vmlib
+    copy = shutil.copy(standins["libkernels.so"], tmp_path / "libkernels_copy.so")
+    child = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; sys.stdin.readline(); "
+                              "ctypes.CDLL(sys.argv[1]); print('loaded', flush=True); sys.stdin.readline()", copy],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    st = _Proc(1)
+    try:
+        before = _vmlib(child.pid, st)
+        assert before is not None and before == _vmlib(child.pid, st)  # unchanged while nothing is mapped
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "loaded\n"
+        assert _vmlib(child.pid, st) > before
+        assert str(copy) in dsc.read_maps(child.pid)
+        child.stdin.write("\n")
+        child.stdin.close()
+        child.wait()
+        assert _vmlib(child.pid, st) is None  # gone (the open file does not follow a reused pid)
+    finally:
+        st.close()
+        if child.poll() is None:
+            child.kill()
+
+
 def test_counters_and_flows_from_a_synthetic_log(tmp_path, standins):
     b = LogBuilder()
     b.header["cuda"] = {"probes": table_meta(), "mode": "full"}

@@ -26,6 +26,29 @@ def test_proc_sample_of_self():
     assert samplers.proc_sample(2 ** 22 + 5) is None  # no such process
 
 
+def test_proc_sampler_keeps_files_open_and_follows_the_set():
+    import os
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    ps = samplers.ProcSampler()
+    try:
+        first = ps.sample({os.getpid(), child.pid, 2 ** 22 + 5})
+        assert [s[0] for s in first] == sorted([os.getpid(), child.pid])
+        x = bytearray(64 * MB)  # the same open file shows new values
+        x[::4096] = b"x" * len(x[::4096])
+        (again,) = ps.sample({os.getpid()})
+        assert again[1] >= first[[s[0] for s in first].index(os.getpid())][1] + 60 * MB
+        assert again[3] > first[[s[0] for s in first].index(os.getpid())][3]  # minor faults
+        child.stdin.close()
+        child.wait()
+        assert [s[0] for s in ps.sample({os.getpid(), child.pid})] == [os.getpid()]  # gone: left out
+        assert sorted(ps._fds) == [os.getpid()]  # and its file closed
+    finally:
+        ps.close()
+        if child.poll() is None:
+            child.kill()
+
+
 def _fake_pynvml():
     nv = types.ModuleType("pynvml")
 

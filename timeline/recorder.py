@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import select
 import signal
 import subprocess
 import threading
@@ -111,14 +112,16 @@ class _Consumer(threading.Thread):
     def __init__(self, session: BpfSession, writer: RawLogWriter, interval: float):
         super().__init__(name="timeline-consumer", daemon=True)
         self.session, self.writer, self.interval = session, writer, interval
-        self.stop_event = threading.Event()
+        # Waits between drains are on a bare lock that stop() releases: an
+        # Event's wait costs a Condition and a fresh lock per call, on a
+        # thread that wakes cold several times a second.
+        self._stopping = False
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
         self.ctx: RecorderContext | None = None
-        self.kind_counts: dict[tuple[int, int], int] = {}
         self.error: BaseException | None = None
-        # byte offset of each ring's `kind` field within a record (header included)
-        self._kind_off = {f.ring_id: events.RINGBUF_HDR + f.dtype.fields["kind"][1] for f in session.families}
 
     def drain_once(self) -> int:
         total = 0
@@ -129,11 +132,19 @@ class _Consumer(threading.Thread):
                     continue
                 self.writer.write_ring(rid, data)
                 total += len(data)
-                rows = np.frombuffer(data, np.uint8).reshape(-1, reader.stride)
-                for kind, n in enumerate(np.bincount(rows[:, self._kind_off[rid]])):
-                    if n:
-                        self.kind_counts[(rid, kind)] = self.kind_counts.get((rid, kind), 0) + int(n)
+                if rid == events.RING_PROC and self.ctx is not None:
+                    self.ctx.note_proc_records(data, reader.stride)
         return total
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._wake.locked():
+            self._wake.release()
+
+    def kind_counts(self) -> dict[tuple[int, int], int]:
+        """(ring id, kind) -> records drained."""
+        return {(rid, int(k)): int(r.kinds[k]) for rid, r in self.session.readers.items()
+                for k in np.flatnonzero(r.kinds)}
 
     # While little data moves, the wait between drains doubles up to this many
     # times the base interval: each drain costs the recorder's CPU (which
@@ -146,8 +157,10 @@ class _Consumer(threading.Thread):
     def run(self) -> None:
         interval = self.interval
         try:
-            while not self.stop_event.is_set():
+            while not self._stopping:
                 moved = self.drain_once()
+                if self.ctx is not None:
+                    self.ctx.reconcile_processes()
                 for plugin in self.plugins:
                     plugin.tick(self.ctx)
                 if moved >= (1 << 20):
@@ -157,9 +170,49 @@ class _Consumer(threading.Thread):
                     interval = min(interval * 2, self.interval * self.BACKOFF)
                 else:
                     interval = self.interval
-                self.stop_event.wait(interval)
+                self._wake.acquire(timeout=interval)
         except BaseException as e:  # surfaced by the recorder
             self.error = e
+
+
+class _Sleeper:
+    """The main thread's wait between its checks (target exited? signal?
+    duration over?): it wakes when the target exits (a pidfd) or a signal
+    arrives (signal.set_wakeup_fd), so it need not wake ten times a second
+    to poll.  Without pidfds (Linux < 5.3) it polls every POLL_S."""
+
+    POLL_S = 0.1
+
+    def __init__(self, pid: int):
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+
+    def sleep(self, timeout: float) -> None:
+        fds = [self.r]
+        if self.pidfd is None:
+            timeout = min(timeout, self.POLL_S)
+        else:
+            fds.append(self.pidfd)
+        ready = select.select(fds, [], [], max(timeout, 0.0))[0]
+        if self.r in ready:
+            try:
+                while os.read(self.r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if self.pidfd is not None and self.pidfd in ready:
+            os.close(self.pidfd)  # exited: readable from now on; poll if the caller waits on
+            self.pidfd = None
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.old)
+        for fd in (self.r, self.w, self.pidfd):
+            if fd is not None:
+                os.close(fd)
 
 
 KIND_NAMES = {
@@ -245,6 +298,7 @@ class Recorder:
                 finally:
                     session.arm_launch(False)
                 ctx.target_pids = [proc.pid]
+                ctx.add_processes(ctx.target_pids)
                 ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
             for plugin in plugins:
                 plugin.on_target(ctx)
@@ -268,9 +322,22 @@ class Recorder:
                     session.track(t["tid"], p["pid"])
                 seen[p["pid"]] = p
         ctx.write_meta({"type": "procs", "ts": ctx.now_ns(), "processes": list(seen.values())})
+        ctx.add_processes(seen)
         return sorted(seen)
 
+    # Longest wait between checks when nothing wakes the main thread: it only
+    # bounds how late a failed consumer thread is noticed.
+    WAIT_MAX = 1.0
+    STATUS_S = 0.5  # progress for the status line, which shows it once a second
+
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
+        sleeper = _Sleeper(proc.pid if proc is not None else self.cfg.pid)
+        try:
+            return self._wait_loop(proc, consumer, session, sleeper)
+        finally:
+            sleeper.close()
+
+    def _wait_loop(self, proc, consumer: _Consumer, session: BpfSession, sleeper: _Sleeper) -> tuple[str, int]:
         cfg = self.cfg
         deadline = self.start_time + cfg.duration if cfg.duration else None
         interrupts = 0
@@ -290,11 +357,16 @@ class Recorder:
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
                 self._forward(proc, sig, interrupts)
-            if deadline and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline and now >= deadline:
                 return "duration reached", 0
+            timeout = self.WAIT_MAX
             if self.status is not None:
                 self.status(self._progress(consumer, session))  # reads BPF maps: only when shown
-            time.sleep(0.1)
+                timeout = self.STATUS_S
+            if deadline:
+                timeout = min(timeout, deadline - now)
+            sleeper.sleep(timeout)
 
     def _forward(self, proc: subprocess.Popen, sig: int, nth: int) -> None:
         """Launch mode: the target decides when it ends; we follow.
@@ -346,7 +418,7 @@ class Recorder:
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
-        consumer.stop_event.set()
+        consumer.stop()
         if consumer.is_alive():
             consumer.join()
         try:
@@ -363,8 +435,9 @@ class Recorder:
         finally:
             writer.close()
             records = {f.name: session.readers[f.ring_id].records for f in session.families}
+            kind_counts = consumer.kind_counts()
             session.close()
-        kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(consumer.kind_counts.items())}
+        kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
                             writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
                             drop_causes=causes)

@@ -8,14 +8,25 @@ on a timer.  Such a family provides a RecorderPlugin, listed in PLUGINS.
 Threading: `before_launch`, `on_target` and `stop` run on the main thread,
 `tick` on the consumer thread after each drain.  Anything written to the raw
 log goes through the context, which serialises writers.
+
+The context also knows the recorded processes (`ctx.processes`), kept
+current from the proc ring's fork/exec/exit records as they are drained, so
+plugins need not list /proc or walk the tracked map to find them.
 """
 from __future__ import annotations
 
 import importlib
+import struct
 import threading
 import time
 
+import numpy as np
+
+from . import events
+from .kctx.devices import map_items
 from .rawlog import RawLogWriter
+
+RECONCILE_S = 2.0  # s between looks at the proc ring's drop count (see reconcile_processes)
 
 # family name -> "module:Class"
 PLUGINS: dict[str, str] = {
@@ -33,6 +44,16 @@ class RecorderContext:
         self._lock = lock
         self.target_pids: list[int] = []  # launched pid, or the attached tree's pids
         self.summary: list[str] = []      # lines for the end-of-recording summary
+        # Live recorded processes: tgid -> generation, a number that changes
+        # when the process is born or execs (a new image: its mappings and
+        # /proc files are worth a fresh look).  Replaced, never mutated, so
+        # other threads can read it without a lock.
+        self.processes: dict[int, int] = {}
+        self._gen = 0
+        self._ended: set[int] = set()  # exited: not to be re-added by a late add_processes
+        self._plock = threading.Lock()
+        self._reconcile_at = time.monotonic() + RECONCILE_S
+        self._proc_lost = 0
 
     @staticmethod
     def now_ns() -> int:
@@ -48,6 +69,66 @@ class RecorderContext:
         events.encode_ring_bytes), under a ring id of the family's own."""
         with self._lock:
             self._writer.write_ring(ring, data)
+
+    # -- recorded processes -----------------------------------------------
+    def add_processes(self, pids) -> None:
+        """Processes known other than from fork records (the launched target,
+        an attached tree)."""
+        with self._plock:
+            new = {p for p in pids if p not in self.processes and p not in self._ended}
+            if new:
+                procs = dict(self.processes)
+                for p in sorted(new):
+                    self._gen += 1
+                    procs[p] = self._gen
+                self.processes = procs
+
+    def note_proc_records(self, data: bytes, stride: int) -> None:
+        """Consumer thread: proc ring records just drained (headers included)."""
+        n = len(data) // stride
+        if not n:
+            return
+        rec = np.ndarray((n,), events.PROC_EVENT, buffer=data, offset=events.RINGBUF_HDR, strides=(stride,))
+        kind, flags = rec["kind"], rec["flags"]
+        keep = (((kind == events.PROC_FORK) & (flags & events.PF_THREAD == 0)) | (kind == events.PROC_EXEC)
+                | ((kind == events.PROC_EXIT) & (flags & events.PF_GROUP_DEAD != 0)))
+        if not keep.any():
+            return  # thread forks/exits, renames: the set of processes is unchanged
+        with self._plock:
+            procs = dict(self.processes)
+            for k, tgid, child in rec[["kind", "tgid", "child_tgid"]][keep].tolist():  # few: forks, execs
+                if k == events.PROC_EXIT:
+                    procs.pop(tgid, None)
+                    self._ended.add(tgid)
+                    continue
+                pid = child if k == events.PROC_FORK else tgid
+                self._gen += 1
+                procs[pid] = self._gen
+                self._ended.discard(pid)  # a pid used again
+            self.processes = procs
+
+    def reconcile_processes(self) -> None:
+        """Consumer thread: once proc records were lost to a full ring, match
+        ctx.processes against the tracked map, the source of truth.  Without
+        such losses every change of the set came as a record: the map (one
+        entry per thread, two syscalls each) is not walked."""
+        now = time.monotonic()
+        if now < self._reconcile_at:
+            return
+        self._reconcile_at = now + RECONCILE_S
+        lost = sum(self.session.drops().get("proc", ()))
+        if lost == self._proc_lost:
+            return
+        self._proc_lost = lost
+        tracked = {struct.unpack_from("<I", v)[0] for _, v in map_items(self.session.tracked, 4, 8)}
+        with self._plock:
+            if tracked == set(self.processes):
+                return
+            procs = {p: g for p, g in self.processes.items() if p in tracked}
+            for p in sorted(tracked - set(procs)):
+                self._gen += 1
+                procs[p] = self._gen
+            self.processes = procs
 
 
 class RecorderPlugin:

@@ -2,10 +2,14 @@
 
 Before launch: every candidate copy of libcudart/libcuda/libnccl (see
 discovery.py) gets probes, so a library the target dlopen()s later fires from
-its first call.  While recording (tick, on the consumer thread): the tracked
-processes' /proc/PID/maps are re-read with a backoff (0.5 s, doubling to 2 s
-while unchanged) to attach to copies that appear elsewhere, and to snapshot
-the executable mappings the converter needs to name launched kernels.
+its first call.  While recording (tick, on the consumer thread): the recorded
+processes' /proc/PID/maps are read to attach to copies that appear elsewhere,
+and to snapshot the executable mappings the converter needs to name launched
+kernels.  A maps read costs ~0.5 ms (1-2k lines for a torch process), so it
+happens only when a process is new or exec'ed (from the proc ring, through
+ctx.processes) or when its VmLib (size of executable library mappings, from
+/proc/PID/status: a few µs) changed since the last read, which a dlopen
+always does; VmLib is checked every 0.5 s, every 0.1 s while CUDA calls flow.
 
 Raw log META blocks written here:
   {"type": "cuda_libs", "ts", "libs": [{path, api, functions, found_by, ...}]}
@@ -20,7 +24,6 @@ import threading
 import time
 
 import numpy as np
-import psutil
 
 from .. import events as ev
 from ..errors import UserError
@@ -35,8 +38,39 @@ from .symbols import ElfSymbols
 KIND_NAMES.update({(ev.RING_CUDA, ev.CUDA_CALL): "cuda_call", (ev.RING_CUDA, ev.CUDA_ENTRY): "cuda_entry",
                    (ev.RING_CUDA, ev.CUDA_NAME): "cuda_name"})
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
-TREE_EVERY = 0.5     # s between listings of the process tree
-MAPS_MIN, MAPS_MAX = 0.5, 2.0  # re-read backoff per process
+CHECK_EVERY = 0.5    # s between VmLib checks of a process
+CHECK_ACTIVE = 0.1   # ... while CUDA calls flow (see _scan)
+MAPS_EVERY = 30.0    # s between maps reads regardless: a dlclose and a dlopen of the same size cancel out
+
+
+class _Proc:
+    """What is known of one recorded process's mappings."""
+    __slots__ = ("gen", "fd", "vmlib", "maps_hash", "next_check", "next_read", "snapshot")
+
+    def __init__(self, gen: int):
+        self.gen, self.fd, self.vmlib, self.maps_hash = gen, -1, None, None
+        self.next_check = self.next_read = 0.0
+        self.snapshot = None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _vmlib(pid: int, st: _Proc) -> int | None:
+    """VmLib of /proc/PID/status in kB, None when the process is gone (or a
+    zombie: no mm).  The file stays open: pread regenerates it."""
+    try:
+        if st.fd < 0:
+            st.fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        raw = os.pread(st.fd, 4096, 0)
+    except OSError:  # ESRCH once the process is gone, even if its pid is reused
+        return None
+    i = raw.find(b"\nVmLib:")
+    if i < 0:
+        return None
+    return int(raw[i + 7: raw.index(b"kB", i)])
 
 
 class CudaPlugin(RecorderPlugin):
@@ -53,8 +87,9 @@ class CudaPlugin(RecorderPlugin):
         self.skipped: set[tuple] = set()
         self.seen_records = 0                  # cuda ring records at the last tick
         self.next_active = 0.0
-        self.procs: dict[int, list] = {}       # pid -> [maps hash, next read, interval, snapshot]
-        self.next_tree = 0.0
+        self.procs: dict[int, _Proc] = {}      # pid -> its mappings' state
+        self.live: dict[int, int] | None = None  # ctx.processes at the last scan
+        self.next_due = 0.0                    # earliest next_check of self.procs
         self.attach_s = 0.0
 
     # -- plugin hooks -------------------------------------------------------
@@ -85,6 +120,9 @@ class CudaPlugin(RecorderPlugin):
 
     def stop(self, ctx: RecorderContext) -> None:
         self._scan(ctx, force=True)  # last mappings of processes still alive
+        for st in self.procs.values():
+            st.close()
+        self.procs.clear()
         stats = self._stats(ctx)
         ctx.write_meta({"type": "cuda_stats", "ts": ctx.now_ns(), **stats})
         libs = sorted(self.libs.values(), key=lambda d: d["path"])
@@ -148,51 +186,53 @@ class CudaPlugin(RecorderPlugin):
             ctx.write_meta({"type": "cuda_libs", "ts": ctx.now_ns(), "mode": self.mode, "libs": infos})
 
     # -- watching the tree --------------------------------------------------
-    def _tree(self, ctx) -> list[int]:
-        pids = set()
-        for root in ctx.target_pids:
-            try:
-                p = psutil.Process(root)
-                pids.add(root)
-                pids.update(c.pid for c in p.children(recursive=True))
-            except psutil.Error:
-                continue
-        return sorted(pids)
-
     def _scan(self, ctx, force: bool) -> None:
+        """force: check every process now (start, end of recording)."""
         now = time.monotonic()
-        if force or now >= self.next_tree:
-            self.next_tree = now + TREE_EVERY
-            for pid in self._tree(ctx):
-                self.procs.setdefault(pid, [None, 0.0, MAPS_MIN, None])
-        # CUDA calls just happened: snapshot maps now, before a short-lived
-        # process can exit with them (kernel names need its mappings).
+        live = ctx.processes  # replaced by the context whenever a process comes, goes or execs
+        # CUDA calls just happened: check now, so the maps that name their
+        # kernels are snapshotted before a short-lived process can exit.
         records = ctx.session.readers[ev.RING_CUDA].records
         active = records != self.seen_records and now >= self.next_active
-        self.seen_records = records
+        if not (force or active or live is not self.live or now >= self.next_due):
+            return  # the common tick: nothing is due
         if active:
-            self.next_active = now + 0.1
+            self.seen_records, self.next_active = records, now + CHECK_ACTIVE
+        if live is not self.live:
+            self.live = live
+            for pid in [p for p in self.procs if p not in live]:
+                self.procs.pop(pid).close()
         t0 = time.monotonic()
         new = []
-        for pid, st in list(self.procs.items()):
-            if not (force or active) and now < st[1]:
+        for pid, gen in live.items():
+            st = self.procs.get(pid)
+            if st is None or st.gen != gen:  # born or exec'ed: a new image
+                if st is not None:
+                    st.close()
+                st = self.procs[pid] = _Proc(gen)
+            elif not (force or active) and now < st.next_check:
+                continue
+            st.next_check = now + CHECK_EVERY
+            vmlib = _vmlib(pid, st)
+            if vmlib is None:  # gone: nothing more to read until it is dropped or execs
+                st.next_check = float("inf")
+                continue
+            if vmlib == st.vmlib and now < st.next_read:
                 continue
             text = dsc.read_maps(pid)
-            if text is None:  # gone
-                del self.procs[pid]
+            if text is None:
                 continue
+            st.vmlib, st.next_read = vmlib, now + MAPS_EVERY
             h = hash(text)
-            if h == st[0]:
-                st[2] = min(st[2] * 2, MAPS_MAX)
-                st[1] = now + st[2]
-                continue
-            st[0], st[2], st[1] = h, MAPS_MIN, now + MAPS_MIN
-            new += self._scan_maps(ctx, pid, text, st)
+            if h != st.maps_hash:
+                st.maps_hash = h
+                new += self._scan_maps(ctx, pid, text, st)
+        self.next_due = min((st.next_check for st in self.procs.values()), default=float("inf"))
         self._write_libs(ctx, new)
         if new:
             self.attach_s += time.monotonic() - t0
 
-    def _scan_maps(self, ctx, pid: int, text: str, st: list) -> list:
+    def _scan_maps(self, ctx, pid: int, text: str, st: _Proc) -> list:
         entries = dsc.parse_maps(text)
         new, cuda = [], False
         for start, end, off, inode, path in entries:
@@ -205,8 +245,8 @@ class CudaPlugin(RecorderPlugin):
         cuda = cuda or any(i.get("inode") in {e[3] for e in entries} for i in self.libs.values())
         # Readable mappings too: registered kernel names live in .rodata.
         snap = [[s, e, o, p] for s, e, o, _, p in dsc.parse_maps(text, executable=False)]
-        if cuda and snap != st[3]:
-            st[3] = snap
+        if cuda and snap != st.snapshot:
+            st.snapshot = snap
             ctx.write_meta({"type": "maps", "pid": pid, "ts": ctx.now_ns(), "entries": snap,
                             "env": dsc.rank_env(pid)})
         return new

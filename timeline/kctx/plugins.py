@@ -15,7 +15,7 @@ from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from .devices import map_items, scan_dev
 from .ioctl_names import generic_name
-from .samplers import Nvml, proc_sample
+from .samplers import Nvml, ProcSampler
 
 # Names for the recorder's per-kind summary line ("ioctl 12" instead of "4:1 12").
 _recorder.KIND_NAMES.setdefault((events.RING_IOCTL, events.IOCTL_CALL), "ioctl")
@@ -24,10 +24,6 @@ _recorder.KIND_NAMES.setdefault((events.RING_COUNTERS, events.COUNTERS_EXIT), "t
 
 IOCTL_MODES = ("gpu", "all")
 COUNTS_EVERY_S = 1.0
-
-
-def tracked_tgids(session) -> set[int]:
-    return {struct.unpack_from("<I", v)[0] for _, v in map_items(session.tracked, 4, 8)}
 
 
 class IoctlPlugin(RecorderPlugin):
@@ -93,6 +89,7 @@ class CountersPlugin(RecorderPlugin):
         super().__init__(cfg)
         self.interval = float(getattr(cfg, "sample_interval", 0.2) or 0)
         self.nvml: Nvml | None = None
+        self.procs = ProcSampler()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -126,9 +123,8 @@ class CountersPlugin(RecorderPlugin):
             self.error = e
 
     def sample(self, ctx) -> None:
-        pids = tracked_tgids(ctx.session) | set(ctx.target_pids)
-        rec = {"type": "kctx_samples", "ts": ctx.now_ns(),
-               "proc": [s for s in map(proc_sample, sorted(pids)) if s]}
+        pids = set(ctx.processes)  # kept current from the proc ring: no map walk per sample
+        rec = {"type": "kctx_samples", "ts": ctx.now_ns(), "proc": self.procs.sample(pids)}
         if self.nvml is not None and self.nvml.available:
             rec["gpu"], rec["gpu_proc"] = self.nvml.sample(pids)
         ctx.write_meta(rec)
@@ -139,6 +135,7 @@ class CountersPlugin(RecorderPlugin):
         self._stop.set()
         self._thread.join()
         self.sample(ctx)  # a last point, so rates cover the end of the run
+        self.procs.close()
         if self.nvml is not None:
             self.nvml.close()
         if self.error:

@@ -28,6 +28,52 @@ def proc_sample(pid: int) -> list | None:
             raw = f.read()
     except OSError:
         return None
+    return _parse_stat(pid, raw)
+
+
+class ProcSampler:
+    """proc_sample for a set of processes that changes slowly: each
+    /proc/PID/stat stays open and is read again with one pread (a third of
+    the cost of open + read + close)."""
+
+    def __init__(self):
+        self._fds: dict[int, int] = {}
+
+    def _read(self, pid: int) -> bytes | None:
+        fd = self._fds.get(pid)
+        if fd is not None:
+            try:
+                return os.pread(fd, 4096, 0)
+            except OSError:  # that process is gone (ESRCH even if its pid was reused): try anew
+                os.close(self._fds.pop(pid))
+        try:
+            fd = self._fds[pid] = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(fd, 4096, 0)
+        except OSError:
+            fd = self._fds.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
+            return None
+
+    def sample(self, pids) -> list[list]:
+        """proc_sample of each pid that can be read, in pid order."""
+        for pid in [p for p in self._fds if p not in pids]:
+            os.close(self._fds.pop(pid))
+        out = []
+        for pid in sorted(pids):
+            raw = self._read(pid)
+            s = _parse_stat(pid, raw) if raw else None
+            if s:
+                out.append(s)
+        return out
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _parse_stat(pid: int, raw: bytes) -> list | None:
     # comm may hold spaces and parentheses: the fields start after the last ')'.
     fields = raw[raw.rfind(b")") + 2:].split()
     if not fields or fields[0] in (b"Z", b"X"):  # exited: its counters read 0, not its last values
