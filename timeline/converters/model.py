@@ -382,6 +382,12 @@ class CpuSched:
     n_synthetic: int = 0
 
 
+def _insert_switches(cols: tuple, at, values: tuple) -> list:
+    """Synthetic switches inserted before positions `at` of the columns
+    (prev, next, ts, state, prio)."""
+    return [np.insert(c, at, v) for c, v in zip(cols, values)]
+
+
 class SchedNormalizer:
     """Turns raw sched records into per-CPU CpuSched chunks (see module doc).
 
@@ -432,9 +438,8 @@ class SchedNormalizer:
             t0 = int(wk["ts"].min())
             if not sts.size or t0 < sts[0]:
                 first_prev = int(prev[0]) if sts.size else other
-                prev, nxt = np.insert(prev, 0, other), np.insert(nxt, 0, first_prev)
-                sts, state = np.insert(sts, 0, t0), np.insert(state, 0, STATE_RUNNABLE)
-                prio = np.insert(prio, 0, DEFAULT_PRIO)
+                prev, nxt, sts, state, prio = _insert_switches((prev, nxt, sts, state, prio), 0,
+                                                               (other, first_prev, t0, STATE_RUNNABLE, DEFAULT_PRIO))
                 self.last_next[cpu] = other
                 self.synthetic += 1
                 lead = 1
@@ -452,12 +457,8 @@ class SchedNormalizer:
                 s_state = np.array([STATE_DEAD if self._dead(int(p), int(t)) else STATE_RUNNABLE
                                     for p, t in zip(s_prev, s_ts)], dtype=np.int64)
                 s_prev = np.where(s_prev < 0, other, s_prev)
-                s_next = prev[brk]
-                prev = np.insert(prev, brk, s_prev)
-                nxt = np.insert(nxt, brk, s_next)
-                sts = np.insert(sts, brk, s_ts)
-                state = np.insert(state, brk, s_state)
-                prio = np.insert(prio, brk, DEFAULT_PRIO)
+                prev, nxt, sts, state, prio = _insert_switches((prev, nxt, sts, state, prio), brk,
+                                                               (s_prev, prev[brk], s_ts, s_state, DEFAULT_PRIO))
                 self.synthetic += brk.size
             self.last_next[cpu] = int(nxt[-1])
         woken = wk["target_tid"].astype(np.int64)
