@@ -66,7 +66,7 @@ def profiler_counts(path: str) -> dict:
         if cat in ("cuda_runtime", "cuda_driver") and lo <= ts <= hi:
             api[(cat, e["name"])] += 1
         elif cat == "kernel" and "External id" in e.get("args", {}):
-            # a GPU activity is in the window when its launch is; correlate by id
+            # GPU activities over the whole profile (names for the kernel-name check)
             gpu[cat] += 1
             kernels[e["name"]] += 1
         elif cat in ("gpu_memcpy", "gpu_memset"):

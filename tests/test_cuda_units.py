@@ -110,6 +110,8 @@ def test_library_names_and_site_packages(tmp_path):
     maps = ("7f00-7f10 r-xp 00002000 08:01 1234 /opt/x/libcudart.so.12\n"
             "7f10-7f20 rw-p 00000000 00:00 0 \n7f20-7f30 r--p 00000000 08:01 99 /opt/y\n")
     assert dsc.parse_maps(maps) == [(0x7F00, 0x7F10, 0x2000, 1234, "/opt/x/libcudart.so.12")]
+    assert dsc.parse_maps(maps, executable=False) == [(0x7F00, 0x7F10, 0x2000, 1234, "/opt/x/libcudart.so.12"),
+                                                      (0x7F20, 0x7F30, 0, 99, "/opt/y")]
 
 
 def test_vmlib_grows_when_a_process_dlopens_a_library(tmp_path, standins):

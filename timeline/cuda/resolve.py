@@ -22,7 +22,8 @@ class MapsIndex:
     def __init__(self):
         self.snaps: dict[int, list[tuple[int, list]]] = {}  # pid -> [(ts, sorted entries)]
         self.env: dict[int, dict] = {}
-        self._cache: dict[tuple, str | None] = {}
+        self._cache: dict[tuple[int, int], str] = {}
+        self._strings: dict[tuple[int, int], str | None] = {}
 
     def add(self, meta: dict) -> None:
         pid = int(meta["pid"])
@@ -73,9 +74,9 @@ class MapsIndex:
     def cstring(self, pid: int, addr: int, ts: int, limit: int = 4096) -> str | None:
         """The NUL-terminated string at `addr` in a file the process mapped
         (a kernel's mangled name in a library's .rodata), read from the file."""
-        key = (pid, addr, "s")
-        if key in self._cache:
-            return self._cache[key]
+        key = (pid, addr)
+        if key in self._strings:
+            return self._strings[key]
         m = self._mapping(pid, addr, ts)
         text = None
         if m is not None:
@@ -88,7 +89,7 @@ class MapsIndex:
                     text = raw.split(b"\0", 1)[0].decode("utf-8", "replace") or None
             except OSError:
                 pass
-        self._cache[key] = text
+        self._strings[key] = text
         return text
 
     def rank(self, pid: int) -> tuple[int | None, int | None]:
