@@ -127,8 +127,10 @@ def _to_finding(row: dict) -> Finding:
 
 
 def _status(findings: list[Finding]) -> str:
+    """The worst severity, except that 'info' rows next to an 'ok' verdict are
+    details of it (e.g. a start-up line beside a healthy steady state)."""
     sevs = {f.severity for f in findings}
-    for s in ("error", "warning", "info", "ok", "n/a"):
+    for s in ("error", "warning", "ok", "info", "n/a"):
         if s in sevs:
             return s
     return "ok"

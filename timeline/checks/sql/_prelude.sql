@@ -40,18 +40,21 @@ order by exists(select 1 from process w where w.parent_upid = p.upid
 limit 1;
 
 -- The main training (dispatcher) thread, by the best evidence present: the
--- thread issuing the most kernel launches; the recorder's 'main training
--- thread' marker; the training process' leader thread (it iterates the
--- DataLoader in every common launcher); its busiest thread.
+-- recorder's 'main training thread' marker (the thread that iterates the
+-- DataLoader); the thread issuing the most kernel launches; the training
+-- process' leader thread (it iterates the DataLoader in every common
+-- launcher); its busiest thread. The marker comes first: in PyTorch the
+-- backward pass runs on autograd's own thread (pt_autograd_<device>), which
+-- often launches more kernels than the main thread (tl_backward_thread).
 create or replace perfetto table _tl_main_pick as
 select * from (
-  select * from (select utid, 1 as prio, 'issues the most kernel launches' as why
-                 from _tl_launches group by utid order by count(*) desc limit 1)
-  union all
-  select * from (select tt.utid, 2, 'marked as the main training thread by the recorder'
+  select * from (select tt.utid, 1 as prio, 'marked as the main training thread by the recorder' as why
                  from slice s join thread_track tt on s.track_id = tt.id
                  where s.category = 'dataloader' and s.name = 'main training thread'
                  order by s.dur desc limit 1)
+  union all
+  select * from (select utid, 2, 'issues the most kernel launches'
+                 from _tl_launches group by utid order by count(*) desc limit 1)
   union all
   select * from (select r.utid, 3, 'leader thread of the training process'
                  from _tl_run r join thread t using (utid)
@@ -71,6 +74,47 @@ select coalesce((select r.utid from _tl_run r join thread x using (utid)
   t.upid, t.tid, coalesce(t.name, 'tid ' || t.tid) as name, p.pid,
   coalesce(p.name, 'pid ' || p.pid) as process_name, m.why
 from _tl_main_pick m join thread t using (utid) left join process p using (upid);
+
+-- PyTorch's backward (autograd device) thread of the main thread's process:
+-- it launches the backward kernels, so it dispatches GPU work too.
+create or replace perfetto table tl_backward_thread as
+select t.utid, t.tid, t.name, t.upid from thread t
+where t.upid = (select upid from tl_main_thread) and t.name glob 'pt_autograd_*'
+  and t.utid != (select utid from tl_main_thread)
+order by (select count(*) from _tl_launches l where l.utid = t.utid) desc,
+         coalesce((select run_ns from _tl_run r where r.utid = t.utid), 0) desc
+limit 1;
+
+-- Each kernel launch with what it launched (the kernel name when resolved,
+-- else its function pointer), numbered per process.
+create or replace perfetto table _tl_launch_k as
+select upid, ts, kernel, row_number() over (partition by upid order by ts) as i,
+  count(*) over (partition by upid) as n
+from (select upid, ts, coalesce(extract_arg(arg_set_id, 'debug.kernel'), extract_arg(arg_set_id, 'args.kernel'),
+                                extract_arg(arg_set_id, 'debug.func'), extract_arg(arg_set_id, 'debug.function'),
+                                name) as kernel
+      from _tl_launches);
+
+-- Start-up of each process that makes CUDA calls: from its first call to the
+-- first launch of the last kernel new to it. Lazy module loading, library
+-- set-up and the input pipeline's first batches fall in it; steady-state
+-- findings are judged after it (end_ts NULL: no repeated launches, no
+-- start-up to set apart). Only kernels launched more than once and first seen
+-- in the first half of the process' launches count, so a kernel new near the
+-- end (evaluation, a final save) does not move the end of start-up there.
+create or replace perfetto table tl_startup as
+select c.upid, min(c.ts) as ts,
+  (select max(first_ts) from (select min(ts) as first_ts, min(i) as first_i, count(*) as cnt, max(n) as n
+                              from _tl_launch_k l where l.upid = c.upid group by kernel)
+   where cnt >= 2 and first_i <= n / 2) as end_ts
+from _tl_cuda c group by c.upid;
+
+-- The main process' steady state, when it makes CUDA calls: from the end of
+-- its start-up to its last CUDA call (no row: judge the whole trace).
+create or replace perfetto table tl_steady as
+select coalesce(st.end_ts, st.ts) as ts,
+  (select max(c.ts + c.dur) from _tl_cuda c where c.upid = st.upid) as end_ts
+from tl_startup st where st.upid = (select upid from tl_main_thread);
 
 -- Short process names for messages: the leader thread's name (comm) rather
 -- than the executable's full path.

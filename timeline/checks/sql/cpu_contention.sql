@@ -1,11 +1,26 @@
 -- Time the dispatcher (main training) thread spent runnable but not running,
 -- its scheduling latency (length of each R/R+ interval) and switch rate.
 -- Runnable intervals shorter than min_wait_us are ordinary wakeup latency
--- (an I/O-bound thread has thousands of them), not contention.
+-- (an I/O-bound thread has thousands of them), not contention. With CUDA
+-- calls, only the steady state counts (tl_steady: start-up and teardown have
+-- their own patterns).
 create or replace perfetto table _tl_cc_st as
 select ts, dur, state, state in ('R', 'R+') and dur >= ${min_wait_us} * 1000 as waiting
 from thread_state
-where utid = (select utid from tl_main_thread) and dur > 0;
+where utid = (select utid from tl_main_thread) and dur > 0
+  and ts >= coalesce((select ts from tl_steady), ts) and ts < coalesce((select end_ts from tl_steady), ts + 1);
+
+-- The same for PyTorch's backward thread, which dispatches the backward
+-- kernels: reported apart from the main thread.
+create or replace perfetto table _tl_cc_bw as
+select b.name, b.tid, min(s.ts) as ts, max(s.ts + s.dur) - min(s.ts) as span,
+  sum(iif(s.state = 'Running', s.dur, 0)) as running,
+  sum(iif(s.state in ('R', 'R+') and s.dur >= ${min_wait_us} * 1000, s.dur, 0)) as runnable,
+  sum(iif(s.state in ('R', 'R+') and s.dur >= ${min_wait_us} * 1000, 1, 0)) as long_waits
+from tl_backward_thread b join thread_state s on s.utid = b.utid
+where s.dur > 0 and s.ts >= coalesce((select ts from tl_steady), s.ts)
+  and s.ts < coalesce((select end_ts from tl_steady), s.ts + 1)
+group by b.utid;
 
 create or replace perfetto table _tl_cc_r as
 select ts, dur from _tl_cc_st where state in ('R', 'R+');
@@ -76,13 +91,26 @@ select
          || 'waits of >= %g us, %.2f s running); scheduling latency p50 %.3f ms, p99 %.3f ms over %,d wakeups '
          || 'and preemptions', thread, tid, 100.0 * runnable / max(1, runnable + running), runnable / 1e9,
          long_waits, ${min_wait_us}, running / 1e9, coalesce(p50, 0) / 1e6, coalesce(p99, 0) / 1e6, waits)
-    || coalesce('; the CPUs were meanwhile taken by ' || (select who from _tl_cc_who), '') as finding,
+    || coalesce('; the CPUs were meanwhile taken by ' || (select who from _tl_cc_who), '')
+    || coalesce(printf(' (steady state from +%.2f s: after start-up, to the last CUDA call)',
+                       ((select ts from tl_steady) - trace_start()) / 1e9), '') as finding,
   span_ts as ts, span as dur, null as hint,
   round(1.0 * runnable / max(1, runnable + running), 4) as runnable_fraction,
   round(coalesce(p50, 0) / 1e6, 3) as latency_p50_ms,
   round(coalesce(p99, 0) / 1e6, 3) as latency_p99_ms,
   round(switches * 1e9 / max(1, span), 1) as switches_per_s
 from _tl_cc where thread is not null and span > 0
+union all
+select
+  case when runnable < ${min_wall_fraction} * span then 'ok'
+       when runnable >= ${error_fraction} * (runnable + running) then 'error'
+       when runnable >= ${warn_fraction} * (runnable + running) then 'warning' else 'ok' end,
+  printf('backward thread %s (tid %d; PyTorch runs the backward pass and launches its kernels there) waited '
+         || 'for a CPU %.0f%% of the time it wanted one (%.2f s in %,d waits of >= %g us, %.2f s running)',
+         name, tid, 100.0 * runnable / max(1, runnable + running), runnable / 1e9, long_waits, ${min_wait_us},
+         running / 1e9),
+  ts, span, null, round(1.0 * runnable / max(1, runnable + running), 4), null, null, null
+from _tl_cc_bw where span > 0
 union all
 select 'warning',
   printf('context-switch storm: the dispatcher switched %,d times in one %.1f s window (%,.0f/s)',

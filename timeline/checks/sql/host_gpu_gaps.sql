@@ -1,6 +1,8 @@
 -- Gaps between GPU submissions (launches, graph launches, async copies,
 -- NCCL collectives) of a process while its submitting thread was on the CPU
 -- and not inside a call that waits for the GPU; plus low NVML utilization.
+-- Both are judged on the steady state, after each process' start-up
+-- (tl_startup), which gets a line of its own.
 create or replace perfetto table _tl_hg_sub as
 select upid, utid, ts, dur from _tl_cuda
 where category = 'nccl' or id in (select id from _tl_launches)
@@ -8,10 +10,19 @@ where category = 'nccl' or id in (select id from _tl_launches)
              'cuMemcpyHtoDAsync_v2', 'cuMemcpyDtoHAsync_v2', 'cuMemcpyDtoDAsync_v2', 'cudaMemsetAsync');
 
 create or replace perfetto table _tl_hg_gap as
-select row_number() over () as gap_id, upid, utid, ts, dur from (
+select row_number() over () as gap_id, g.upid, g.utid, g.ts, g.dur,
+  g.ts < coalesce((select end_ts from tl_startup s where s.upid = g.upid), 0) as startup
+from (
   select upid, utid, ts + dur as ts, lead(ts) over (partition by upid order by ts) - (ts + dur) as dur
-  from _tl_hg_sub)
-where dur >= ${min_gap_ms} * 1e6;
+  from _tl_hg_sub) g
+where g.dur >= ${min_gap_ms} * 1e6;
+
+-- Per process: the steady state (from the end of start-up, or the first
+-- submission, to the end of the last one).
+create or replace perfetto table _tl_hg_steady as
+select s.upid, max(min(s.ts), coalesce(st.end_ts, 0)) as ts, max(s.ts + s.dur) as end_ts,
+  st.ts as first_call, st.end_ts as startup_end
+from _tl_hg_sub s left join tl_startup st using (upid) group by s.upid;
 
 -- Waiting for the GPU (or the allocator) inside a gap means the GPU was busy.
 create or replace perfetto table _tl_hg_blocked as
@@ -40,12 +51,13 @@ where coalesce(b.blocked, 0) < 0.5 * g.dur
   and (a.covered is null or a.active >= ${active_fraction} * g.dur);
 
 create or replace perfetto table _tl_hg as
-select s.upid, min(s.ts) as ts, max(s.ts + s.dur) - min(s.ts) as span, count(*) as subs,
-  (select count(*) from _tl_hg_host h where h.upid = s.upid) as gaps,
-  coalesce((select sum(dur) from _tl_hg_host h where h.upid = s.upid), 0) as gap_total,
-  (select max(dur) from _tl_hg_host h where h.upid = s.upid) as longest,
-  (select sum(unknown) from _tl_hg_host h where h.upid = s.upid) as unknown
-from _tl_hg_sub s group by s.upid;
+select w.upid, w.ts, w.end_ts - w.ts as span,
+  (select count(*) from _tl_hg_sub s where s.upid = w.upid and s.ts >= w.ts) as subs,
+  (select count(*) from _tl_hg_host h where h.upid = w.upid and not h.startup) as gaps,
+  coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup), 0) as gap_total,
+  (select max(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup) as longest,
+  (select sum(unknown) from _tl_hg_host h where h.upid = w.upid and not h.startup) as unknown
+from _tl_hg_steady w;
 
 create or replace perfetto table _tl_hg_util as
 select gpu, ts, dur, value, sum(value >= ${low_util_pct}) over (partition by gpu order by ts) as run
@@ -53,10 +65,13 @@ from (select replace(replace(t.name, ' value', ''), '.utilization_pct', '') as g
              lead(c.ts) over (partition by c.track_id order by c.ts) - c.ts as dur
       from counter c join counter_track t on c.track_id = t.id
       where t.name glob 'gpu[0-9]*.utilization_pct' or t.name glob 'gpu[0-9]*.utilization_pct value')
-where dur is not null;
+where dur is not null
+  -- the steady state of the processes submitting work, when there are any
+  and ts >= coalesce((select min(ts) from _tl_hg_steady), ts)
+  and ts < coalesce((select max(end_ts) from _tl_hg_steady), ts + 1);
 
 create or replace perfetto table _tl_hg_low as
-select gpu, sum(iif(value < ${low_util_pct}, dur, 0)) as low, sum(dur) as sampled,
+select gpu, sum(iif(value < ${low_util_pct}, dur, 0)) as low, sum(dur) as sampled, count(*) as samples,
   (select ts from (select min(ts) as ts, sum(dur) as d from _tl_hg_util u
                    where u.gpu = x.gpu and u.value < ${low_util_pct} group by run order by d desc limit 1)) as run_ts,
   (select max(d) from (select sum(dur) as d from _tl_hg_util u
@@ -78,16 +93,32 @@ select
   null as low_util_fraction
 from _tl_hg g join _tl_pname p using (upid) where span > 0
 union all
+select 'info',
+  printf('start-up of %s (pid %d): %.2f s from its first CUDA call to the first launch of its last new kernel, '
+         || 'with no GPU submissions for %.2f s of it (%d gaps of >= %g ms, longest %.1f ms): module loading, '
+         || 'library set-up, the input pipeline''s first batches; the steady state is judged from +%.2f s on',
+         p.name, p.pid, (w.startup_end - w.first_call) / 1e9,
+         coalesce((select sum(dur) from _tl_hg_gap x where x.upid = w.upid and x.startup), 0) / 1e9,
+         (select count(*) from _tl_hg_gap x where x.upid = w.upid and x.startup), ${min_gap_ms},
+         coalesce((select max(dur) from _tl_hg_gap x where x.upid = w.upid and x.startup), 0) / 1e6,
+         (w.startup_end - trace_start()) / 1e9),
+  w.first_call, w.startup_end - w.first_call, null, null,
+  (select count(*) from _tl_hg_gap x where x.upid = w.upid and x.startup),
+  round(coalesce((select max(dur) from _tl_hg_gap x where x.upid = w.upid and x.startup), 0) / 1e6, 3), null
+from _tl_hg_steady w join _tl_pname p using (upid) where w.startup_end > w.first_call
+union all
 select * from (
   select 'info', printf('GPU idle for %.1f ms after a submission while the host thread was busy', h.dur / 1e6),
     h.ts, h.dur, null, null, null, round(h.dur / 1e6, 3), null
   from _tl_hg_host h join _tl_hg g using (upid)
-  where g.gap_total >= ${warn_fraction} * g.span
+  where not h.startup and g.gap_total >= ${warn_fraction} * g.span
   order by h.dur desc limit 3)
 union all
-select iif(low >= ${util_warn_fraction} * sampled, 'warning', 'ok'),
-  printf('%s utilization was below %g%% for %.0f%% of the sampled time (%.2f s of %.2f s)%s', gpu,
-         ${low_util_pct}, 100.0 * low / sampled, low / 1e9, sampled / 1e9,
+-- NVML averages utilization over its own sample period: fewer than three
+-- samples say too little to warn on.
+select iif(low >= ${util_warn_fraction} * sampled, iif(samples >= 3, 'warning', 'info'), 'ok'),
+  printf('%s utilization was below %g%% for %.0f%% of the sampled time (%.2f s of %.2f s, %d samples)%s', gpu,
+         ${low_util_pct}, 100.0 * low / sampled, low / 1e9, sampled / 1e9, samples,
          iif(run_dur > 0, printf('; longest low stretch %.2f s', run_dur / 1e9), '')),
   iif(run_dur > 0, run_ts, null), iif(run_dur > 0, run_dur, null),
   'the GPU waits for work: see the submission gaps and the input pipeline; larger batches or CUDA '

@@ -1,15 +1,18 @@
 -- Kernel launches whose CPU time is far above their function's median, and
 -- what the launching thread was doing (thread_state) during the worst ones.
 -- A kernel's first launch in a process loads its module (CUDA lazy loading,
--- the default since 11.7: up to ~10 ms on an H100): not an outlier, left out.
+-- the default since 11.7: up to ~10 ms on an H100): not an outlier, left out;
+-- so is every launch of a process' start-up (tl_startup), which warms up more
+-- than modules (allocator, library handles, JIT).
 create or replace perfetto table _tl_ll as
 select id, ts, dur, name, utid from (
   select l.id, l.ts, l.dur, l.name, l.utid,
+    l.ts < coalesce((select s.end_ts from tl_startup s where s.upid = l.upid), 0) as startup,
     row_number() over (partition by l.upid, coalesce(extract_arg(l.arg_set_id, 'debug.kernel'),
                                                      extract_arg(l.arg_set_id, 'args.kernel'), '')
                        order by l.ts) as nth
   from _tl_launches l where l.dur > 0)
-where nth > 1;
+where nth > 1 and not startup;
 
 create or replace perfetto table _tl_ll_stat as
 select key as name, n, p50, p99, mx from _tl_percentiles!((select name as key, dur as val from _tl_ll));
