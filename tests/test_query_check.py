@@ -386,7 +386,7 @@ def test_families_not_recorded(recorded, engine):
 def test_cuda_checks_fire_on_synthetic_problems(synthetic, engine):
     path = synthetic["cuda_bad"]
     rep = report(path, engine)
-    assert all(rep.families.values()), rep.families
+    assert all(v for k, v in rep.families.items() if k != "gpu"), rep.families  # gpu: tests/test_checks_gpu.py
     st = {r.check.id: r.status for r in rep.results}
 
     ll = result(path, engine, "launch_latency")

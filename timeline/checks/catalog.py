@@ -25,6 +25,7 @@ FAMILY_HELP = {
     "gpu_counters": "GPU counters (gpu<N>.utilization_pct, ...)",
     "block_io": "block I/O request slices",
     "ioctl": "GPU-driver ioctl slices",
+    "gpu": "GPU activity (kernel/copy/memset slices of the gpu family)",
 }
 
 
@@ -167,6 +168,39 @@ CATALOG: tuple[Check, ...] = (
             "repeated context setup at process/thread churn; keep them out of the steady state.",
         params=(P("slow_ms", 50, "an ioctl is slow from this duration (warning)"),
                 P("error_ms", 1000, "... error from this duration"))),
+    Check(
+        "gpu_breakdown", "GPU time breakdown", ("gpu",),
+        why="Where each GPU's time goes (compute, communication not hidden by compute, copies, idle) says "
+            "what bounds the run before any detail does.",
+        fix="Idle GPU time is won back on the host (host_gpu_gaps, gpu_queue_delay, input_stall); exposed "
+            "communication through overlap (comm_overlap); copy time through pinned memory and fewer transfers.",
+        params=(P("idle_warn_fraction", 0.30, "idle share of the steady state for a warning"),)),
+    Check(
+        "gpu_queue_delay", "Launch-to-start queueing", ("gpu",),
+        why="The delay from a launch call to its kernel's start tells who waits: near zero, the GPU runs "
+            "whatever the host just sent and waits for more (host-bound); long, the host runs ahead.",
+        fix="A host-bound GPU needs fewer, larger kernels (fusion, torch.compile), CUDA graphs and less "
+            "Python per step; check cpu_contention and input_stall.",
+        params=(P("starve_us", 50, "median launch-to-start delay below which the launch queue is empty"),
+                P("idle_warn_fraction", 0.20, "... and the GPU idle at least this share of the steady state: "
+                                              "warning"))),
+    Check(
+        "kernel_outliers", "GPU kernel duration outliers", ("gpu",),
+        why="A kernel that sometimes runs many times longer than usual points at GPU contention (other "
+            "streams or processes), clock throttling or data-dependent work.",
+        fix="Look at what else ran on the GPU then (other streams, NCCL), the GPU clock and power counters, "
+            "and the kernel's inputs at those steps.",
+        params=(P("outlier_factor", 5, "a run is an outlier above this multiple of the kernel's median"),
+                P("min_outlier_us", 100, "... and above this many microseconds"),
+                P("min_runs", 10, "only kernels run at least this often have a median"),
+                P("max_outliers", 3, "how many worst runs to list"))),
+    Check(
+        "comm_overlap", "Compute/communication overlap", ("gpu",),
+        why="Communication kernels (NCCL) that run while no compute kernel does leave the GPU's compute "
+            "idle; data-parallel training hides them behind the backward pass.",
+        fix="Overlap the all-reduce with backward (DDP buckets, FSDP prefetch) or communicate less per step.",
+        params=(P("min_comm_fraction", 0.05, "communication share of the steady state worth judging"),
+                P("overlap_warn_fraction", 0.5, "overlapped share of communication below which it warns"))),
 )
 
 BY_ID = {c.id: c for c in CATALOG}

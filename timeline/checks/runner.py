@@ -23,7 +23,8 @@ select
   exists(select 1 from slice where category in ('cuda', 'cuda_driver', 'nccl')) as cuda,
   exists(select 1 from counter_track where name glob 'gpu[0-9]*.*') as gpu_counters,
   exists(select 1 from slice where category = 'block_io') as block_io,
-  exists(select 1 from slice where category = 'ioctl') as ioctl
+  exists(select 1 from slice where category = 'ioctl') as ioctl,
+  exists(select 1 from slice where category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset')) as gpu
 """
 
 _PARAM_RE = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")

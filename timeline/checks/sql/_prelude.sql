@@ -150,3 +150,68 @@ returns TableOrSubquery as (
                count(*) over (partition by key) as n from $src)
   group by key
 );
+
+-- GPU activity (the gpu family, from CUPTI): kernels, copies and memsets as
+-- slices on per-stream tracks, categories gpu_kernel / gpu_memcpy /
+-- gpu_memset, args device, stream, correlation_id..., and a flow from the CPU
+-- call that caused each one. NCCL's kernels are the communication.
+create or replace perfetto table _tl_gpu as
+select s.id, s.ts, s.dur, s.name, s.category,
+  coalesce(extract_arg(s.arg_set_id, 'debug.device'), extract_arg(s.arg_set_id, 'args.device'), 0) as device,
+  s.category = 'gpu_kernel' and (s.name glob 'nccl*' or s.name glob '*ncclKernel*' or s.name glob '*ncclDevKernel*')
+    as comm
+from slice s where s.category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset') and s.dur > 0;
+
+-- Per device, the thread whose calls caused most of its work (by flow), else
+-- the main thread: gaps on the device are judged against that thread.
+create or replace perfetto table _tl_gpu_owner as
+select d.device,
+  coalesce((select tt.utid from flow f join slice c on c.id = f.slice_out join thread_track tt on c.track_id = tt.id
+            join _tl_gpu g on g.id = f.slice_in where g.device = d.device
+            group by tt.utid order by count(*) desc limit 1), (select utid from tl_main_thread)) as utid
+from (select distinct device from _tl_gpu) d;
+
+-- Per device: the steady state (from the end of the owning process' start-up,
+-- or the first GPU work, to the end of the last).
+create or replace perfetto table tl_gpu_window as
+select g.device, o.utid, t.upid,
+  max(min(g.ts), coalesce((select end_ts from tl_startup s where s.upid = t.upid), 0)) as ts,
+  max(g.ts + g.dur) as end_ts
+from _tl_gpu g join _tl_gpu_owner o using (device) left join thread t on t.utid = o.utid
+group by g.device;
+
+-- Elementary segments of each device's timeline: between two consecutive
+-- starts/ends of any GPU work, how many kernels (k), communication kernels
+-- (c) and copies/memsets (m) were running. Busy/idle/overlap are sums over
+-- these: a union of intervals without a quadratic self-join.
+create or replace perfetto table _tl_gpu_seg as
+select device, ts, dur, k, c, m from (
+  select device, ts, lead(ts) over (partition by device order by ts) - ts as dur,
+    sum(dk) over (partition by device order by ts rows unbounded preceding) as k,
+    sum(dc) over (partition by device order by ts rows unbounded preceding) as c,
+    sum(dm) over (partition by device order by ts rows unbounded preceding) as m
+  from (select device, ts, sum(dk) as dk, sum(dc) as dc, sum(dm) as dm from (
+          select device, ts, iif(category = 'gpu_kernel' and not comm, 1, 0) as dk, iif(comm, 1, 0) as dc,
+            iif(category != 'gpu_kernel', 1, 0) as dm from _tl_gpu
+          union all
+          select device, ts + dur, -iif(category = 'gpu_kernel' and not comm, 1, 0), -iif(comm, 1, 0),
+            -iif(category != 'gpu_kernel', 1, 0) from _tl_gpu)
+        group by device, ts))
+where dur > 0;
+
+-- Per device, over its steady state: time with a compute kernel running
+-- (compute), with communication kernels (comm; comm_only: and no compute;
+-- overlap: and compute too), with only copies/memsets (copy_only), any (busy).
+create or replace perfetto table tl_gpu_time as
+select w.device, w.ts, w.end_ts - w.ts as span,
+  coalesce(sum(iif(s.k > 0, s.d, 0)), 0) as compute,
+  coalesce(sum(iif(s.c > 0, s.d, 0)), 0) as comm,
+  coalesce(sum(iif(s.k = 0 and s.c > 0, s.d, 0)), 0) as comm_only,
+  coalesce(sum(iif(s.k > 0 and s.c > 0, s.d, 0)), 0) as overlap,
+  coalesce(sum(iif(s.k = 0 and s.c = 0 and s.m > 0, s.d, 0)), 0) as copy_only,
+  coalesce(sum(iif(s.k + s.c + s.m > 0, s.d, 0)), 0) as busy
+from tl_gpu_window w left join (
+  select g.device, g.k, g.c, g.m, min(g.ts + g.dur, x.end_ts) - max(g.ts, x.ts) as d
+  from _tl_gpu_seg g join tl_gpu_window x using (device)
+  where g.ts < x.end_ts and g.ts + g.dur > x.ts) s using (device)
+group by w.device;

@@ -105,7 +105,7 @@ select 'info',
   w.first_call, w.startup_end - w.first_call, null, null,
   (select count(*) from _tl_hg_gap x where x.upid = w.upid and x.startup),
   round(coalesce((select max(dur) from _tl_hg_gap x where x.upid = w.upid and x.startup), 0) / 1e6, 3), null
-from _tl_hg_steady w join _tl_pname p using (upid) where w.startup_end > w.first_call
+from _tl_hg_steady w join _tl_pname p using (upid) where w.startup_end - w.first_call >= ${min_gap_ms} * 1e6
 union all
 select * from (
   select 'info', printf('GPU idle for %.1f ms after a submission while the host thread was busy', h.dur / 1e6),

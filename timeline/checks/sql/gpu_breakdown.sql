@@ -1,0 +1,65 @@
+-- Where each GPU's time went in the steady state: compute kernels,
+-- communication (NCCL) kernels not hidden behind compute, copies/memsets
+-- alone, idle; per step when the main thread marks steps with an NVTX range
+-- (the range name it repeats most at the top level, by total time).
+create or replace perfetto table _tl_gb_stepname as
+select s.name from slice s join thread_track tt on s.track_id = tt.id
+where s.category = 'nvtx' and s.depth = 0 and tt.utid = (select utid from tl_main_thread)
+group by s.name having count(*) >= 3 order by sum(s.dur) desc limit 1;
+
+create or replace perfetto table _tl_gb_steps as
+select s.ts, s.dur, row_number() over (order by s.ts) as step from slice s join thread_track tt on s.track_id = tt.id
+where s.category = 'nvtx' and s.depth = 0 and tt.utid = (select utid from tl_main_thread)
+  and s.name = (select name from _tl_gb_stepname);
+
+-- Per step and device: the share of the step the device was idle, from each
+-- device's cumulative busy time at the step's start and end. A boundary finds
+-- the segment it falls in through one ordered pass (no range join).
+create or replace perfetto table _tl_gb_cum as
+select device, ts, dur, k + c + m > 0 as busy,
+  coalesce(sum(iif(k + c + m > 0, dur, 0)) over (partition by device order by ts
+                                                  rows between unbounded preceding and 1 preceding), 0) as before
+from _tl_gpu_seg;
+
+create or replace perfetto table _tl_gb_at as
+select b.device, b.step, b.edge, coalesce(c.before + iif(c.busy, min(b.ts - c.ts, c.dur), 0), 0) as cum
+from (select device, step, edge, ts, kind,
+        max(iif(kind = 1, ts, null)) over (partition by device order by ts, kind desc rows unbounded preceding)
+          as seg_ts
+      from (select d.device, st.step, 0 as edge, st.ts, 0 as kind
+            from _tl_gb_steps st, (select distinct device from _tl_gpu) d
+            union all
+            select d.device, st.step, 1, st.ts + st.dur, 0 from _tl_gb_steps st, (select distinct device from _tl_gpu) d
+            union all
+            select device, null, null, ts, 1 from _tl_gpu_seg)) b
+left join _tl_gb_cum c on c.device = b.device and c.ts = b.seg_ts
+where b.kind = 0;
+
+create or replace perfetto table _tl_gb_step as
+select st.step, st.ts, st.dur, e.device, 1.0 - 1.0 * (e.cum - s.cum) / st.dur as idle
+from _tl_gb_steps st join _tl_gb_at s on s.step = st.step and s.edge = 0
+join _tl_gb_at e on e.step = st.step and e.edge = 1 and e.device = s.device
+where st.dur > 0;
+
+select
+  iif(span - busy >= ${idle_warn_fraction} * span, 'warning', 'ok') as severity,
+  printf('GPU %d: compute %.0f%%, communication not overlapped %.0f%%, copies/memsets alone %.0f%%, idle %.0f%% '
+         || 'of %.2f s (steady state, from +%.2f s)', device, 100.0 * compute / span, 100.0 * comm_only / span,
+         100.0 * copy_only / span, 100.0 * (span - busy) / span, span / 1e9, (ts - trace_start()) / 1e9)
+    as finding,
+  ts, span as dur,
+  iif(span - busy >= ${idle_warn_fraction} * span,
+      'the GPU waits for work: host_gpu_gaps and gpu_queue_delay say whether the host is too slow to feed it', null)
+    as hint,
+  device, round(1.0 * compute / span, 4) as compute_fraction, round(1.0 * comm_only / span, 4) as comm_fraction,
+  round(1.0 * copy_only / span, 4) as copy_fraction, round(1.0 * (span - busy) / span, 4) as idle_fraction
+from tl_gpu_time where span > 0
+union all
+select 'info',
+  printf('GPU %d per step (NVTX range ''%s'', %d steps): idle %.0f%% on average, %.0f%% in the worst step (step %d)',
+         device, (select name from _tl_gb_stepname), count(*), 100.0 * avg(idle), 100.0 * max(idle),
+         (select step from _tl_gb_step x where x.device = s.device order by idle desc limit 1)),
+  (select ts from _tl_gb_step x where x.device = s.device order by idle desc limit 1),
+  (select dur from _tl_gb_step x where x.device = s.device order by idle desc limit 1),
+  null, device, null, null, null, round(avg(idle), 4)
+from _tl_gb_step s group by device;
