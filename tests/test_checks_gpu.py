@@ -45,6 +45,7 @@ def gpu_trace(d, host_bound: bool) -> str:
     th = ev.track(pid=PID, tid=TID, thread_name="python3")
     gpu = ev.track("GPU 0")
     compute, comm = ev.track("GPU 0 · stream 7", parent=gpu), ev.track("GPU 0 · stream 9", parent=gpu)
+    util = ev.track("gpu0.utilization_pct", counter=True)  # NVML, low: superseded by the GPU's own timeline
     t, gpu_free, corr = 2000.0, 0.0, 0
 
     def launch(name, cat, kernel, gpu_dur, track, start=None):
@@ -81,6 +82,7 @@ def gpu_trace(d, host_bound: bool) -> str:
                 t += 1
             t += 800  # the host runs ahead of the GPU: its queue grows
         ev.span(th, us(step_ts), int((t - step_ts) * 1000), "train_step", "nvtx", domain="default")
+        ev.counter(util, us(t), 10.0)
     assert t < span_us
     out = d / "trace.pftrace"
     out.write_bytes(base + ev.data())
@@ -99,6 +101,20 @@ GPU_CHECKS = ["gpu_breakdown", "gpu_queue_delay", "kernel_outliers", "comm_overl
 def test_gpu_family_detected(traces):
     rep = report(traces["host"], "wasm")
     assert rep.families["gpu"] and rep.families["cuda"]
+
+
+def test_host_gpu_gaps_use_gpu_idle_time(traces):
+    """With GPU activity, host_gpu_gaps judges each GPU's real idle time: the
+    ~0.5 ms idle stretches per step (too short for the submission-gap rule)
+    add up to half the steady state while the feeding thread ran Python."""
+    bad = result(traces["host"], "wasm", "host_gpu_gaps")
+    assert bad.status == "error", bad
+    f = bad.findings[0]
+    assert f.message.startswith("GPU 0 was idle") and "python3 (tid 1000)" in f.message
+    assert f.evidence["gaps"] >= STEPS - 1 and 0.4 < f.evidence["gap_fraction"] < 0.6
+    assert not any("utilization" in x.message for x in bad.findings)  # NVML is the fallback only
+    ok = result(traces["gpu"], "wasm", "host_gpu_gaps")
+    assert ok.status == "ok" and ok.findings[0].evidence["gap_fraction"] < 0.05
 
 
 def test_host_bound_run_fires(traces):

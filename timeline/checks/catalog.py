@@ -116,11 +116,14 @@ CATALOG: tuple[Check, ...] = (
                 P("small_copy_bytes", 64, "D2H copies up to this size count as scalar reads (.item())"))),
     Check(
         "host_gpu_gaps", "Host-bound GPU gaps", ("cuda", "gpu_counters"),
-        why="Long gaps between GPU submissions while the host thread is busy mean the GPU waits for "
-            "Python; low NVML utilization windows show the same from the GPU side.",
+        why="GPU idle time while the thread feeding it is busy on the CPU means the GPU waits for Python. "
+            "With GPU activity recorded this is each GPU's real idle time; without it, long gaps between "
+            "GPU submissions and low NVML utilization windows stand in.",
         fix="Cut per-step Python overhead: CUDA graphs / torch.compile, larger batches, fused "
             "optimizers, move host-side work (logging, data prep) off the dispatcher thread.",
         params=(P("min_gap_ms", 5, "a gap between submissions counts from this length"),
+                P("min_idle_us", 200, "with GPU activity recorded: an idle stretch of a GPU counts from this "
+                                      "length"),
                 P("active_fraction", 0.5, "... when the submitting thread was running/runnable for this "
                                           "share of it"),
                 P("warn_fraction", 0.10, "gap time / submission span: warning"),

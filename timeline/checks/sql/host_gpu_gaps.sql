@@ -1,8 +1,10 @@
--- Gaps between GPU submissions (launches, graph launches, async copies,
--- NCCL collectives) of a process while its submitting thread was on the CPU
--- and not inside a call that waits for the GPU; plus low NVML utilization.
--- Both are judged on the steady state, after each process' start-up
--- (tl_startup), which gets a line of its own.
+-- GPU idle time while the thread that feeds the GPU was busy on the CPU and
+-- not inside a call that waits for the GPU. With GPU activity (gpu family)
+-- the gaps are each device's real idle time (tl_gpu_window, _tl_gpu_seg);
+-- without it, gaps between a process' GPU submissions (launches, graph
+-- launches, async copies, NCCL collectives) stand in, with low NVML
+-- utilization beside them. Judged on the steady state, after each process'
+-- start-up (tl_startup), which gets a line of its own.
 create or replace perfetto table _tl_hg_sub as
 select upid, utid, ts, dur from _tl_cuda
 where category = 'nccl' or id in (select id from _tl_launches)
@@ -10,12 +12,16 @@ where category = 'nccl' or id in (select id from _tl_launches)
              'cuMemcpyHtoDAsync_v2', 'cuMemcpyDtoHAsync_v2', 'cuMemcpyDtoDAsync_v2', 'cudaMemsetAsync');
 
 create or replace perfetto table _tl_hg_gap as
-select row_number() over () as gap_id, g.upid, g.utid, g.ts, g.dur,
-  g.ts < coalesce((select end_ts from tl_startup s where s.upid = g.upid), 0) as startup
-from (
-  select upid, utid, ts + dur as ts, lead(ts) over (partition by upid order by ts) - (ts + dur) as dur
-  from _tl_hg_sub) g
-where g.dur >= ${min_gap_ms} * 1e6;
+select row_number() over () as gap_id, g.upid, g.utid, g.ts, g.dur, g.startup, g.device from (
+  select w.upid, w.utid, s.ts, s.dur, s.ts < w.ts as startup, s.device
+  from _tl_gpu_seg s join tl_gpu_window w using (device)
+  where s.k + s.c + s.m = 0 and s.dur >= ${min_idle_us} * 1e3
+  union all
+  select x.upid, x.utid, x.ts, x.dur, x.ts < coalesce((select end_ts from tl_startup s where s.upid = x.upid), 0),
+    null
+  from (select upid, utid, ts + dur as ts, lead(ts) over (partition by upid order by ts) - (ts + dur) as dur
+        from _tl_hg_sub) x
+  where x.dur >= ${min_gap_ms} * 1e6 and not exists(select 1 from _tl_gpu)) g;
 
 -- Per process: the steady state (from the end of start-up, or the first
 -- submission, to the end of the last one).
@@ -57,7 +63,16 @@ select w.upid, w.ts, w.end_ts - w.ts as span,
   coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup), 0) as gap_total,
   (select max(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup) as longest,
   (select sum(unknown) from _tl_hg_host h where h.upid = w.upid and not h.startup) as unknown
-from _tl_hg_steady w;
+from _tl_hg_steady w where not exists(select 1 from _tl_gpu);
+
+-- With GPU activity: per device, over its steady state.
+create or replace perfetto table _tl_hg_dev as
+select t.device, t.ts, t.span, t.span - t.busy as idle, w.utid,
+  (select count(*) from _tl_hg_host h where h.device = t.device and not h.startup) as gaps,
+  coalesce((select sum(dur) from _tl_hg_host h where h.device = t.device and not h.startup), 0) as gap_total,
+  (select max(dur) from _tl_hg_host h where h.device = t.device and not h.startup) as longest,
+  (select sum(unknown) from _tl_hg_host h where h.device = t.device and not h.startup) as unknown
+from tl_gpu_time t join tl_gpu_window w using (device);
 
 create or replace perfetto table _tl_hg_util as
 select gpu, ts, dur, value, sum(value >= ${low_util_pct}) over (partition by gpu order by ts) as run
@@ -93,6 +108,20 @@ select
   null as low_util_fraction
 from _tl_hg g join _tl_pname p using (upid) where span > 0
 union all
+select
+  case when gap_total >= ${error_fraction} * span then 'error'
+       when gap_total >= ${warn_fraction} * span then 'warning' else 'ok' end,
+  printf('GPU %d was idle %.0f%% of its steady state (%.2f s of %.2f s); %,d idle stretches of >= %g us while '
+         || '%s (tid %d), which feeds it, was busy on the CPU: %.3f s = %.0f%%%s', d.device, 100.0 * idle / span,
+         idle / 1e9, span / 1e9, gaps, ${min_idle_us}, coalesce(t.name, '?'), t.tid, gap_total / 1e9,
+         100.0 * gap_total / span, iif(gaps > 0, printf('; longest %.1f ms', longest / 1e6), ''))
+    || iif(unknown > 0, printf(' (%d without thread state: assumed busy)', unknown), ''),
+  coalesce((select ts from _tl_hg_host h where h.device = d.device and not h.startup order by dur desc limit 1),
+           d.ts),
+  coalesce(longest, span), null,
+  round(1.0 * gap_total / span, 4), gaps, round(coalesce(longest, 0) / 1e6, 3), null
+from _tl_hg_dev d left join thread t using (utid) where span > 0
+union all
 select 'info',
   printf('start-up of %s (pid %d): %.2f s from its first CUDA call to the first launch of its last new kernel, '
          || 'with no GPU submissions for %.2f s of it (%d gaps of >= %g ms, longest %.1f ms): module loading, '
@@ -110,8 +139,11 @@ union all
 select * from (
   select 'info', printf('GPU idle for %.1f ms after a submission while the host thread was busy', h.dur / 1e6),
     h.ts, h.dur, null, null, null, round(h.dur / 1e6, 3), null
-  from _tl_hg_host h join _tl_hg g using (upid)
-  where not h.startup and g.gap_total >= ${warn_fraction} * g.span
+  from _tl_hg_host h
+  where not h.startup
+    and (exists(select 1 from _tl_hg g where g.upid = h.upid and h.device is null
+                and g.gap_total >= ${warn_fraction} * g.span)
+         or exists(select 1 from _tl_hg_dev d where d.device = h.device and d.gap_total >= ${warn_fraction} * d.span))
   order by h.dur desc limit 3)
 union all
 -- NVML averages utilization over its own sample period: fewer than three
@@ -124,4 +156,4 @@ select iif(low >= ${util_warn_fraction} * sampled, iif(samples >= 3, 'warning', 
   'the GPU waits for work: see the submission gaps and the input pipeline; larger batches or CUDA '
     || 'graphs raise utilization',
   null, null, null, round(1.0 * low / sampled, 4)
-from _tl_hg_low where sampled > 0;
+from _tl_hg_low where sampled > 0 and not exists(select 1 from _tl_gpu);
