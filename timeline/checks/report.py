@@ -68,6 +68,8 @@ def render_text(report: Report, console, verbose: bool = False) -> None:
     console.print(Text.assemble(("timeline check ", "bold"), report.trace or "",
                                 f"  ({report.engine} engine, {fmt_dur(span)} of trace; "
                                 f"recorded: {', '.join(present)})"))
+    if report.incomplete:
+        console.print(Text("warning: " + report.incomplete, "bold yellow"))
     grid = Table.grid(padding=(0, 2), pad_edge=False)
     grid.add_column(no_wrap=True, min_width=12)
     grid.add_column(ratio=1)
@@ -125,6 +127,8 @@ def to_json(report: Report) -> dict:
         "trace_start_ns": report.start_ts,
         "trace_end_ns": report.end_ts,
         "families": report.families,
+        "complete": report.incomplete is None,
+        "incomplete": report.incomplete,
         "worst": report.worst(),
         "summary": {k: v for k, v in counts(report).items()},
         "checks": [{

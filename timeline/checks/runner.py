@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional
 
 from ..trace_processor import TraceProcessorError
 from .catalog import BY_ID, CATALOG, FAMILY_HELP, SQL_DIR, Check
+from .completeness import completeness_problem
 
 # Worst first; 'ok', 'n/a' and 'not recorded' are statuses, not findings.
 SEVERITIES = ("error", "warning", "info")
@@ -64,6 +65,7 @@ class Report:
     end_ts: Optional[int]
     families: dict[str, bool]
     results: list[CheckResult]
+    incomplete: Optional[str] = None  # completeness.completeness_problem: the trace is not whole
 
     def worst(self) -> Optional[str]:
         """Most severe finding severity over all checks, or None."""
@@ -162,4 +164,10 @@ def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,
     bounds = tp.query("select start_ts, end_ts from trace_bounds").rows
     start, end = bounds[0] if bounds else (None, None)
     results = [run_check(tp, c, families, {**c.defaults(), **params.get(c.id, {})}) for c in checks]
-    return Report(trace_path, getattr(tp, "engine_name", "?"), start, end, families, results)
+    incomplete = completeness_problem(tp)
+    for r in results:
+        if incomplete and r.check.id == "dropped_events" and r.status in ("ok", "info", "n/a", "not recorded"):
+            # what came after the cut is unknown: never "no events lost"
+            r.findings.insert(0, Finding("warning", incomplete))
+            r.status = "warning"
+    return Report(trace_path, getattr(tp, "engine_name", "?"), start, end, families, results, incomplete)

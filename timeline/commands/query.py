@@ -36,6 +36,15 @@ def open_trace_or_fail(path: str, engine: str, tp_bin):
         raise UserError(_one_line(e)) from None
 
 
+def warn_if_incomplete(tp) -> None:
+    """One warning line on stderr when the trace is not whole (checks.completeness)."""
+    from ..checks.completeness import completeness_problem
+
+    problem = completeness_problem(tp)
+    if problem:
+        click.echo(f"timeline: warning: {problem}", err=True)
+
+
 def _one_line(e: Exception) -> str:
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
     return "; ".join(lines[:1] + [ln for ln in lines[1:] if ln.startswith("File ")][:1]) or type(e).__name__
@@ -90,6 +99,7 @@ def query(trace, sql, sql_file, fmt, engine, tp_bin):
         raise UserError("the SQL is empty")
     tp = open_trace_or_fail(trace, engine, tp_bin)
     try:
+        warn_if_incomplete(tp)
         res = tp.query(text)
     except TraceProcessorError as e:
         raise UserError(f"query failed: {_one_line(e)}") from None

@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from .. import __version__
 from .. import events as ev
 from .model import CpuSched, LogModel
 from .protowire import f_len, f_packed, f_varint, varint
@@ -103,6 +104,7 @@ class PerfettoWriter:
                 setattr(si.system_info.utsname, k, str(uts[k]))
         si.system_info.num_cpus = m.ncpu()
         self._packet(si)
+        self._metadata({"timeline_version": __version__})
         if m.end is not None:
             self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, m.start_ts(), {}, {})
             self._drop_counters(m.start_ts(), start=True)
@@ -313,3 +315,21 @@ class PerfettoWriter:
             ce = m.end.get("clock_end") or {}
             if all(ce.get(k) is not None for k in ("boottime_ns", "realtime_ns")):
                 self._clock_snapshot(ce)
+        # Last packet: a trace that lacks it was cut short (timeline check and
+        # query say so); the counts let a reader verify what it loaded.
+        self._metadata({"timeline_switches": self.n_switch,
+                        "timeline_recording_finalized": int(m.end is not None),
+                        "timeline_dropped": int(sum(m.drops.values())),
+                        "timeline_trace_complete": 1})
+
+    def _metadata(self, values: dict) -> None:
+        """Key/values trace_processor files under metadata as cr-<key> (the
+        ChromeEventBundle metadata path): seen by SQL, not drawn as tracks."""
+        pkt = pb.TracePacket()
+        for k, v in values.items():
+            e = pkt.chrome_events.metadata.add(name=k)
+            if isinstance(v, str):
+                e.string_value = v
+            else:
+                e.int_value = int(v)
+        self._packet(pkt)
