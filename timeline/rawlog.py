@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import os
 import threading
 import struct
@@ -42,6 +43,18 @@ MAX_BLOCK = 1 << 31
 
 class RawLogError(Exception):
     """The file is not a timeline raw log, or cannot be read at all."""
+
+
+class RawLogFull(OSError):
+    """The file system holding the raw log is full (or over quota). The log
+    was cut back to its last whole block, which `kept` bytes end."""
+
+    def __init__(self, err: OSError, kept: int):
+        super().__init__(err.errno, err.strerror)
+        self.kept = kept
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 @dataclasses.dataclass
@@ -76,6 +89,7 @@ class RawLogWriter:
         if owner is not None:
             os.fchown(self.fd, owner[0], owner[1])
         self.bytes_written = 0  # accepted so far (queued or on disk)
+        self.on_disk = 0        # written whole (a failed block is cut off again)
         self._queue: collections.deque | None = None
         self._error: BaseException | None = None
         self._write_all([MAGIC])
@@ -92,12 +106,25 @@ class RawLogWriter:
 
     def _write_all(self, parts) -> None:
         total = sum(memoryview(p).nbytes for p in parts)
-        done = os.writev(self.fd, parts)
-        if done != total:  # short write (disk full, signal): finish it
-            rest = b"".join(bytes(p) for p in parts)[done:]
-            while rest:
-                n = os.write(self.fd, rest)
-                rest = rest[n:]
+        try:
+            done = os.writev(self.fd, parts)
+            if done != total:  # short write (disk full, signal): finish it
+                rest = b"".join(bytes(p) for p in parts)[done:]
+                while rest:
+                    n = os.write(self.fd, rest)
+                    rest = rest[n:]
+        except OSError as e:
+            if e.errno not in _FULL_ERRNOS:
+                raise
+            # Keep the log whole: cut the partial block off (which also gives
+            # back the space it took) and say how much is kept.
+            try:
+                os.ftruncate(self.fd, self.on_disk)
+                os.lseek(self.fd, self.on_disk, os.SEEK_SET)
+            except OSError:
+                pass
+            raise RawLogFull(e, self.on_disk) from None
+        self.on_disk += total
 
     def _writer(self) -> None:
         while True:
@@ -165,6 +192,8 @@ class RawLogWriter:
         if self.fd >= 0:
             try:
                 self._drain_queue()
+            except RawLogFull:
+                pass  # already raised to whoever wrote or finished; the log is whole up to on_disk
             finally:
                 os.close(self.fd)
                 self.fd = -1

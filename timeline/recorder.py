@@ -21,7 +21,7 @@ import psutil
 from . import __version__, events, libbpf
 from .bpf_session import FAMILIES, BpfSession
 from .errors import UserError
-from .rawlog import RawLogWriter
+from .rawlog import RawLogFull, RawLogWriter
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
 from .target import exit_status, invoking_user, launch, resolve_command, snapshot_tree
@@ -60,6 +60,7 @@ class RecordResult:
     elapsed: float = 0.0
     notes: list[str] = field(default_factory=list)  # plugins' summary lines
     drop_causes: dict[str, dict] = field(default_factory=dict)  # BpfSession.drop_causes()
+    disk_full: RawLogFull | None = None  # the raw log's file system filled up: recording stopped there
 
 
 def _effective_caps() -> int:
@@ -122,6 +123,7 @@ class _Consumer(threading.Thread):
         self.plugins: list = []
         self.ctx: RecorderContext | None = None
         self.error: BaseException | None = None
+        self.disk_full: RawLogFull | None = None  # recording stopped: no room for the raw log
 
     def drain_once(self) -> int:
         total = 0
@@ -171,6 +173,8 @@ class _Consumer(threading.Thread):
                 else:
                     interval = self.interval
                 self._wake.acquire(timeout=interval)
+        except RawLogFull as e:  # stop recording; the target runs on (Recorder._wait_loop)
+            self.disk_full = e
         except BaseException as e:  # surfaced by the recorder
             self.error = e
 
@@ -345,6 +349,8 @@ class Recorder:
         while True:
             if consumer.error:
                 raise consumer.error
+            if consumer.disk_full:
+                return "disk full", 0
             if proc is not None:
                 rc = proc.poll()
                 if rc is not None:
@@ -425,13 +431,21 @@ class Recorder:
             for plugin in plugins:
                 try:
                     plugin.stop(consumer.ctx)
+                except RawLogFull:
+                    pass  # said once, in the summary's disk-full line
                 except Exception as e:  # a plugin must not cost the recording
                     consumer.ctx.summary.append(f"warning: {plugin.family}: {e}")
             session.detach()
-            consumer.drain_once()
             drops, causes = session.drops(), session.drop_causes()
-            writer.finish({"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(), "exit_code": code,
-                           "reason": reason, "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+            try:
+                if consumer.disk_full is None:
+                    consumer.drain_once()
+                writer.finish({"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(),
+                               "exit_code": code, "reason": reason,
+                               "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+            except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
+                consumer.disk_full = consumer.disk_full or e
+                reason = "disk full"
         finally:
             writer.close()
             records = {f.name: session.readers[f.ring_id].records for f in session.families}
@@ -440,4 +454,4 @@ class Recorder:
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
                             writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
-                            drop_causes=causes)
+                            drop_causes=causes, disk_full=consumer.disk_full)

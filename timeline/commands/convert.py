@@ -1,6 +1,7 @@
 """`timeline convert RAW -o OUT`: turn a raw log into a trace file."""
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -9,6 +10,16 @@ import click
 from ..errors import UserError
 from ..rawlog import RawLogError
 from .output import check_writable, human_bytes, infer_format
+
+
+EXIT_NO_TRACE = 74  # EX_IOERR: no room to write the trace; the raw log is kept
+
+
+class NoRoom(UserError):
+    """The trace could not be written for lack of space; nothing was left at its name."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg, EXIT_NO_TRACE)
 
 
 def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False):
@@ -29,6 +40,11 @@ def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False
         res = convert(raw, out, fmt=fmt, progress=progress)
     except RawLogError as e:
         raise UserError(str(e)) from None
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise NoRoom(f"no room to write {out} ({e.strerror}); nothing was left at that name and {raw} is "
+                     f"kept: free some space and run `timeline convert {raw} -o {out}`") from None
     finally:
         if bar is not None:
             bar.stop()
@@ -38,7 +54,7 @@ def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False
         click.echo(f"timeline: warning: {raw} is damaged at byte {res.damage.offset} ({res.damage.reason}); "
                    f"converted the {res.events} events before it", err=True)
     elif not res.finalized:
-        click.echo(f"timeline: warning: {raw} was not finalized (recorder killed?); converted all "
+        click.echo(f"timeline: warning: {raw} was not finalized (recorder killed, or its disk filled up?); converted all "
                    f"{res.events} events it holds", err=True)
     return res
 

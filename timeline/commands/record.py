@@ -10,7 +10,7 @@ import click
 from ..errors import UserError
 from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
 from ..target import invoking_user
-from .convert import run_conversion
+from .convert import EXIT_NO_TRACE, NoRoom, run_conversion
 from .output import check_writable, human_bytes, infer_format, raw_path_for
 
 
@@ -121,10 +121,18 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
         say(f"timeline: {note}")
     for line in drop_warnings(res.drops, res.drop_causes):
         click.echo(f"timeline: warning: {line}", err=True)
+    if res.disk_full is not None:
+        click.echo(f"timeline: error: the disk holding {raw} filled up ({res.disk_full.strerror}): recording "
+                   f"stopped there and the command ran on; {human_bytes(res.disk_full.kept)} of raw log kept, "
+                   "events after that were not recorded", err=True)
     if raw_only:
-        say(f"timeline: wrote {raw} ({human_bytes(res.raw_bytes)})")
+        say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
     else:
-        conv = run_conversion(raw, output, fmt, owner=owner, quiet=quiet)
+        try:
+            conv = run_conversion(raw, output, fmt, owner=owner, quiet=quiet)
+        except NoRoom as e:
+            click.echo(f"timeline: error: {e}", err=True)
+            sys.exit(EXIT_NO_TRACE)
         if not keep_raw:
             os.unlink(raw)
         say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")

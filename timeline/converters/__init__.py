@@ -118,15 +118,23 @@ class _AtomicOutput:
         return self.f
 
     def __exit__(self, exc_type, exc, tb):
+        # The last buffered bytes are written by close(): only a file that
+        # closed cleanly is renamed to the output name (a full disk there
+        # must not leave a cut trace behind).
         try:
             self.f.close()
-        finally:
             if exc_type is None:
                 os.chmod(self.tmp, 0o600)
                 os.replace(self.tmp, self.path)
-            else:
-                try:
-                    os.unlink(self.tmp)
-                except OSError:
-                    pass
+                return False
+        except BaseException:
+            self._discard()
+            raise
+        self._discard()
         return False
+
+    def _discard(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
