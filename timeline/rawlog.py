@@ -40,6 +40,26 @@ KNOWN_KINDS = (KIND_META, KIND_RING, KIND_END)
 MAX_BLOCK = 1 << 31
 
 
+
+def _display(v):
+    """Names, paths and argv come from the kernel as bytes and reach us as str with
+    surrogate escapes (os.fsdecode); JSON needs valid UTF-8, so each undecodable byte
+    becomes a literal \\xNN here, the one place they are escaped."""
+    if isinstance(v, str):
+        return os.fsencode(v).decode("utf-8", "backslashreplace")
+    if isinstance(v, dict):
+        return {_display(k): _display(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_display(x) for x in v]
+    return v
+
+
+def dumps_meta(obj: dict) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # a str with surrogates somewhere: escape once, then it is plain UTF-8
+        return orjson.dumps(_display(obj))
+
 class RawLogError(Exception):
     """The file is not a timeline raw log, or cannot be read at all."""
 
@@ -142,7 +162,7 @@ class RawLogWriter:
         self.bytes_written += total
 
     def write_meta(self, obj: dict) -> None:
-        self.write_block(KIND_META, orjson.dumps(obj))
+        self.write_block(KIND_META, dumps_meta(obj))
 
     def write_ring(self, ring: int, data) -> None:
         self.write_block(KIND_RING, data, ring)
@@ -157,7 +177,7 @@ class RawLogWriter:
         self._check()
 
     def finish(self, stats: dict) -> None:
-        self.write_block(KIND_END, orjson.dumps({"type": "end", **stats}))
+        self.write_block(KIND_END, dumps_meta({"type": "end", **stats}))
         self._drain_queue()
         os.fsync(self.fd)
 

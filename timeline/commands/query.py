@@ -58,11 +58,16 @@ def print_result(res, fmt: str) -> None:
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(*res.columns, show_lines=False, highlight=True,
-                      caption=f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
+        from ..terminal import printable
+
+        table = Table(show_lines=False, highlight=True, caption=f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
+        for c in res.columns:
+            table.add_column(Text(printable(c)))
         for r in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in r))
+            # Text, not str: a cell holding "[link=...]" must not become rich markup
+            table.add_row(*(Text("NULL" if v is None else printable(v)) for v in r))
         Console(highlight=False).print(table)
 
 

@@ -10,6 +10,7 @@ import click
 from ..errors import UserError
 from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
 from ..target import invoking_user
+from ..terminal import printable
 from .convert import run_conversion
 from .output import check_writable, human_bytes, infer_format, raw_path_for
 
@@ -114,13 +115,13 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
         res = Recorder(cfg, status=status if status.enabled else None).run()
     finally:
         status.clear()
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(printable(msg), err=True))
     kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
     for note in res.notes:
         say(f"timeline: {note}")
     for line in drop_warnings(res.drops, res.drop_causes):
-        click.echo(f"timeline: warning: {line}", err=True)
+        click.echo(f"timeline: warning: {printable(line)}", err=True)
     if raw_only:
         say(f"timeline: wrote {raw} ({human_bytes(res.raw_bytes)})")
     else:
