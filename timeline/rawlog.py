@@ -40,6 +40,10 @@ KNOWN_KINDS = (KIND_META, KIND_RING, KIND_END)
 MAX_BLOCK = 1 << 31
 
 
+# header fields the converters read, and the JSON types they must have
+_HEADER_TYPES = {"clock": dict, "uname": dict, "ncpu": int, "rings": dict, "cuda": dict, "events": list,
+                 "command": list, "mode": str, "target_pid": int, "recorder_pid": int}
+
 
 def _display(v):
     """Names, paths and argv come from the kernel as bytes and reach us as str with
@@ -224,9 +228,17 @@ class RawLogReader:
         blk = self._next_block()
         if blk is None or blk.kind != KIND_META:
             raise RawLogError(f"{self.path}: raw log has no header (file is empty or damaged)")
-        hdr = blk.json()
-        if hdr.get("type") != "header":
+        try:
+            hdr = blk.json()
+        except orjson.JSONDecodeError:
+            hdr = None
+        if not isinstance(hdr, dict) or hdr.get("type") != "header":
             raise RawLogError(f"{self.path}: first block is not a header")
+        for key, types in _HEADER_TYPES.items():  # a valid checksum does not make a sane header
+            if hdr.get(key) is not None and not isinstance(hdr[key], types):
+                raise RawLogError(f"{self.path}: header field {key!r} is malformed")
+        if not all(isinstance(v, int) for v in (hdr.get("clock") or {}).values()):
+            raise RawLogError(f"{self.path}: header field 'clock' is malformed")
         return hdr
 
     def _next_block(self) -> Block | None:

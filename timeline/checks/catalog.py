@@ -33,6 +33,8 @@ class Param:
     name: str
     default: float
     help: str
+    lo: float = 0.0             # valid values: lo <= v <= hi (--param is checked against them)
+    hi: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ CATALOG: tuple[Check, ...] = (
             "losses the recorder reports as refused by the kernel with room left (summary, 'records refused' "
             "track) are not helped by a bigger buffer.",
         params=(P("error_fraction", 0.01, "dropped / (recorded + dropped) from which the finding is an "
-                                          "error (any drop is at least a warning)"),)),
+                                          "error (any drop is at least a warning)", hi=1),)),
     Check(
         "input_stall", "Input pipeline stall", ("sched",),
         why="While the main training thread sleeps waiting for the next batch from the DataLoader "
@@ -74,9 +76,9 @@ CATALOG: tuple[Check, ...] = (
         fix="Make batches cheaper or produce them in parallel: more num_workers, a larger prefetch_factor, "
             "persistent_workers=True, faster storage or caching, lighter per-sample transforms.",
         params=(P("warn_fraction", 0.10, "share of the DataLoader's run the main thread spent waiting for "
-                                         "batches: warning from here"),
-                P("error_fraction", 0.30, "... error from here"),
-                P("window_s", 1.0, "window length for the worst windows"),
+                                         "batches: warning from here", hi=1),
+                P("error_fraction", 0.30, "... error from here", hi=1),
+                P("window_s", 1.0, "window length for the worst windows", lo=0.01),
                 P("max_windows", 3, "how many worst windows to list"))),
     Check(
         "cpu_contention", "CPU contention on the dispatcher thread", ("sched",),
@@ -84,16 +86,16 @@ CATALOG: tuple[Check, ...] = (
             "it is runnable; time spent runnable-but-not-running delays every step.",
         fix="Give the dispatcher thread a CPU of its own: fewer DataLoader workers / OMP threads than "
             "cores, pin noisy processes elsewhere (taskset), or raise its priority.",
-        params=(P("warn_fraction", 0.10, "waiting / (waiting + running) time of the dispatcher: warning"),
-                P("error_fraction", 0.30, "... error"),
+        params=(P("warn_fraction", 0.10, "waiting / (waiting + running) time of the dispatcher: warning", hi=1),
+                P("error_fraction", 0.30, "... error", hi=1),
                 P("min_wait_us", 200, "runnable intervals shorter than this are wakeup latency, not "
                                       "contention, and do not count as waiting"),
                 P("min_wall_fraction", 0.01, "... and waiting must be at least this share of the thread's "
-                                             "wall time (a thread that hardly runs loses nothing)"),
+                                             "wall time (a thread that hardly runs loses nothing)", hi=1),
                 P("p99_latency_ms", 5.0, "p99 scheduling latency (runnable -> running) for a warning"),
                 P("storm_switches_per_s", 5000, "context switches per second of the dispatcher for a "
                                                 "'switch storm' warning"),
-                P("window_s", 1.0, "window length for the worst window"))),
+                P("window_s", 1.0, "window length for the worst window", lo=0.01))),
     Check(
         "launch_latency", "Kernel launch latency outliers", ("cuda",),
         why="A kernel launch normally costs a few microseconds of CPU; launches far above the median "
@@ -110,8 +112,8 @@ CATALOG: tuple[Check, ...] = (
             "printing a tensor) make the CPU wait for the GPU and drain its work queue.",
         fix="Remove syncs from the step: keep metrics on the GPU and read them every N steps, use "
             "non_blocking=True copies into pinned memory, avoid .item()/.tolist() in the loop.",
-        params=(P("warn_fraction", 0.10, "share of a thread's CUDA span spent in sync calls: warning"),
-                P("error_fraction", 0.30, "... error"),
+        params=(P("warn_fraction", 0.10, "share of a thread's CUDA span spent in sync calls: warning", hi=1),
+                P("error_fraction", 0.30, "... error", hi=1),
                 P("small_copy_bytes", 64, "D2H copies up to this size count as scalar reads (.item())"))),
     Check(
         "host_gpu_gaps", "Host-bound GPU gaps", ("cuda", "gpu_counters"),
@@ -121,11 +123,11 @@ CATALOG: tuple[Check, ...] = (
             "optimizers, move host-side work (logging, data prep) off the dispatcher thread.",
         params=(P("min_gap_ms", 5, "a gap between submissions counts from this length"),
                 P("active_fraction", 0.5, "... when the submitting thread was running/runnable for this "
-                                          "share of it"),
-                P("warn_fraction", 0.10, "gap time / submission span: warning"),
-                P("error_fraction", 0.30, "... error"),
-                P("low_util_pct", 30, "GPU utilization below this is 'low'"),
-                P("util_warn_fraction", 0.25, "share of low-utilization time for a warning"))),
+                                          "share of it", hi=1),
+                P("warn_fraction", 0.10, "gap time / submission span: warning", hi=1),
+                P("error_fraction", 0.30, "... error", hi=1),
+                P("low_util_pct", 30, "GPU utilization below this is 'low'", hi=100),
+                P("util_warn_fraction", 0.25, "share of low-utilization time for a warning", hi=1))),
     Check(
         "alloc_churn", "Allocator churn and OOM", ("cuda",),
         why="PyTorch's caching allocator should make cudaMalloc/cudaFree rare; a steady stream of them "
@@ -136,7 +138,7 @@ CATALOG: tuple[Check, ...] = (
         params=(P("free_rate_warn_per_s", 20, "cudaFree/cuMemFree calls per second of the process' CUDA span "
                                               "for a warning (the caching allocator frees only on "
                                               "empty_cache() or after a failed allocation)"),
-                P("time_warn_fraction", 0.05, "share of the process' CUDA span inside them for a warning"))),
+                P("time_warn_fraction", 0.05, "share of the process' CUDA span inside them for a warning", hi=1))),
     Check(
         "cuda_errors", "CUDA errors", ("cuda",),
         why="A CUDA call that returns an error usually means a crash, a silent fallback or a retry loop.",

@@ -45,6 +45,7 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
     0, or 1 with --fail-on when a finding reaches that severity, 2 on errors.
     """
     from ..checks import CheckConfigError, parse_params, run_checks, select_checks
+    from ..checks.catalog import CATALOG
     from ..checks.report import render_text, to_json
     from ..trace_processor import TraceProcessorError
 
@@ -55,7 +56,9 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         raise UserError("missing TRACE (or use --list)")
     try:
         overrides = parse_params(params)
-        ids = only.split(",") if only else None
+        ids = [c.strip() for c in only.split(",") if c.strip()] if only is not None else None
+        if ids == []:
+            raise CheckConfigError(f"--only {only!r} names no check (known: {', '.join(c.id for c in CATALOG)})")
         select_checks(ids)
     except CheckConfigError as e:
         raise UserError(str(e)) from None

@@ -74,7 +74,7 @@ def print_result(res, fmt: str) -> None:
 @click.command("query")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.argument("sql", required=False)
-@click.option("-f", "--file", "sql_file", type=click.File("r"), help="Read the SQL from a file ('-' = stdin).")
+@click.option("-f", "--file", "sql_file", type=click.File("rb"), help="Read the SQL from a file ('-' = stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table (for the terminal), csv, or json (a list of row objects).")
 @engine_options
@@ -90,7 +90,11 @@ def query(trace, sql, sql_file, fmt, engine, tp_bin):
 
     if (sql is None) == (sql_file is None):
         raise UserError("give the SQL either as an argument or with -f FILE (one of them)")
-    text = sql if sql is not None else sql_file.read()
+    try:  # an argument holds undecodable bytes as surrogates; a file is read as bytes
+        text = sql if sql is not None else sql_file.read().decode("utf-8")
+        text.encode("utf-8")
+    except UnicodeError:
+        raise UserError("the SQL is not valid UTF-8") from None
     if not text.strip():
         raise UserError("the SQL is empty")
     tp = open_trace_or_fail(trace, engine, tp_bin)

@@ -57,6 +57,24 @@ class _StatusLine:
             sys.stderr.flush()
 
 
+class _Seconds(click.ParamType):
+    """A positive, finite number of seconds (0, negatives, nan and inf meant
+    three different things before; none of them is a sensible setting)."""
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (0 < v < float("inf")):
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return v
+
+
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT on 64-bit
+
+
 def _parse_events(value: str) -> tuple[str, ...]:
     names = tuple(v.strip() for v in value.split(",") if v.strip())
     return names or DEFAULT_EVENTS
@@ -66,15 +84,15 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("-o", "--output", help="Trace file to write (default: timeline-DATE-TIME.pftrace). "
               "A .json or .json.gz name selects Chrome JSON.")
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
-@click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
-@click.option("-d", "--duration", type=float, help="Stop recording after this many seconds.")
+@click.option("-p", "--pid", type=click.IntRange(1, PID_MAX), help="Attach to a running process and its descendants instead of launching.")
+@click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help="Event families, comma separated (proc is always on). Known: sched, cuda, ioctl, block, counters.")
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
 @click.option("--keep-raw", is_flag=True, help="Keep the .tlraw log next to the trace after converting.")
 @click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
 @click.option("--buffer-size", type=int, default=16, show_default=True, help="sched ring buffer size in MiB.")
-@click.option("--flush-interval", type=float, default=0.05, show_default=True,
+@click.option("--flush-interval", type=_Seconds(), default=0.05, show_default=True,
               help="Seconds between ring buffer drains while events flow; up to 4x longer while "
                    "little moves (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
@@ -97,6 +115,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     """
     if pid is not None and command:
         raise UserError("give either a command or --pid, not both")
+    if output == "":
+        raise UserError("-o/--output needs a file name")
     if output is None:
         output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
     fmt = infer_format(output, fmt)
