@@ -94,3 +94,31 @@ def test_check_params_out_of_range(small_trace, param):
 @pytest.mark.parametrize("only", [",", " , ,", ""])
 def test_check_only_naming_nothing_is_an_error(small_trace, only):
     assert "names no check" in one_line_error(timeline_cmd("check", small_trace, "--only", only, cwd=REPO))
+
+
+def _chrome_gz(path, n=20000) -> bytes:
+    import gzip
+    import json
+    doc = {"traceEvents": [{"name": f"s{i}", "ph": "X", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i in range(n)]}
+    data = gzip.compress(json.dumps(doc).encode())
+    path.write_bytes(data)
+    return data
+
+
+def test_query_truncated_or_corrupt_gzip(tmp_path):
+    data = _chrome_gz(tmp_path / "ok.json.gz")
+    assert timeline_cmd("query", str(tmp_path / "ok.json.gz"), "select count(*) from slice", cwd=REPO).returncode == 0
+    (tmp_path / "half.json.gz").write_bytes(data[: len(data) // 2])
+    err = one_line_error(timeline_cmd("query", str(tmp_path / "half.json.gz"), "select * from thread", cwd=REPO))
+    assert "truncated gzip" in err
+    bad = bytearray(data)
+    bad[len(bad) // 2] ^= 0xFF
+    (tmp_path / "bad.json.gz").write_bytes(bytes(bad))
+    err = one_line_error(timeline_cmd("check", str(tmp_path / "bad.json.gz"), cwd=REPO))
+    assert "corrupt gzip" in err
+
+
+def test_query_on_raw_log_points_at_convert(tmp_path):
+    raw = scenario(tmp_path / "a.tlraw")
+    err = one_line_error(timeline_cmd("query", raw, "select 1", cwd=REPO))
+    assert "raw log" in err and "timeline convert" in err

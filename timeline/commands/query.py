@@ -30,6 +30,9 @@ def open_trace_or_fail(path: str, engine: str, tp_bin):
 
     if not os.path.exists(path):
         raise UserError(f"{path} does not exist")
+    from .trace_input import check_trace_file
+
+    check_trace_file(path)
     try:
         return open_trace(path, engine=engine, bin_path=tp_bin, offline=True)
     except TraceProcessorError as e:
