@@ -122,3 +122,19 @@ def test_query_on_raw_log_points_at_convert(tmp_path):
     raw = scenario(tmp_path / "a.tlraw")
     err = one_line_error(timeline_cmd("query", raw, "select 1", cwd=REPO))
     assert "raw log" in err and "timeline convert" in err
+
+
+def test_ctrl_c_stops_a_long_wasm_query(small_trace):
+    import signal
+    sql = ("with recursive c(x) as (select 1 union all select x + 1 from c where x < 1000000000) "
+           "select count(*) from c")
+    p = subprocess.Popen([sys.executable, "-m", "timeline.cli", "query", small_trace, "--engine", "wasm", sql],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    time.sleep(5)  # loaded and deep in the query
+    assert p.poll() is None
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert time.monotonic() - t < 3
+    assert p.returncode == 130, err
+    assert err.decode().strip() == "timeline: interrupted"

@@ -68,13 +68,16 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         check_writable(annotate_out)
         if os.path.abspath(annotate_out) == os.path.abspath(trace):
             raise UserError("--annotate must name a new file, not the trace itself")
-    tp = open_trace_or_fail(trace, engine, tp_bin)
-    try:
-        report = run_checks(tp, trace, only=ids, params=overrides)
-    except TraceProcessorError as e:
-        raise UserError(f"checks failed: {_one_line(e)}") from None
-    finally:
-        tp.close()
+    from .interrupt import interruptible
+
+    with interruptible():
+        tp = open_trace_or_fail(trace, engine, tp_bin)
+        try:
+            report = run_checks(tp, trace, only=ids, params=overrides)
+        except TraceProcessorError as e:
+            raise UserError(f"checks failed: {_one_line(e)}") from None
+        finally:
+            tp.close()
 
     if fmt == "json":
         sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")

@@ -100,11 +100,14 @@ def query(trace, sql, sql_file, fmt, engine, tp_bin):
         raise UserError("the SQL is not valid UTF-8") from None
     if not text.strip():
         raise UserError("the SQL is empty")
-    tp = open_trace_or_fail(trace, engine, tp_bin)
-    try:
-        res = tp.query(text)
-    except TraceProcessorError as e:
-        raise UserError(f"query failed: {_one_line(e)}") from None
-    finally:
-        tp.close()
-    print_result(res, fmt)
+    from .interrupt import interruptible
+
+    with interruptible():
+        tp = open_trace_or_fail(trace, engine, tp_bin)
+        try:
+            res = tp.query(text)
+        except TraceProcessorError as e:
+            raise UserError(f"query failed: {_one_line(e)}") from None
+        finally:
+            tp.close()
+        print_result(res, fmt)
