@@ -84,7 +84,7 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("-o", "--output", help="Trace file to write (default: timeline-DATE-TIME.pftrace). "
               "A .json or .json.gz name selects Chrome JSON.")
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
-@click.option("-p", "--pid", type=click.IntRange(1, PID_MAX), help="Attach to a running process and its descendants instead of launching.")
+@click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help="Event families, comma separated (proc is always on). Known: sched, cuda, ioctl, block, counters.")
@@ -115,6 +115,10 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     """
     if pid is not None and command:
         raise UserError("give either a command or --pid, not both")
+    if pid is not None and pid <= 0:
+        raise UserError(f"--pid {pid}: a process id is a positive number")
+    if pid is not None and pid > PID_MAX:  # no such process can exist (and os calls would overflow)
+        raise UserError(f"no process with PID {pid}")
     if output == "":
         raise UserError("-o/--output needs a file name")
     if output is None:
