@@ -7,6 +7,7 @@ import click
 
 from . import __version__
 from .errors import UserError
+from .terminal import printable
 
 
 class _Group(click.Group):
@@ -16,7 +17,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as e:
-            click.echo(f"timeline: error: {e}", err=True)
+            click.echo(f"timeline: error: {printable(e)}", err=True)
             sys.exit(e.exit_code)
 
 

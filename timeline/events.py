@@ -183,9 +183,15 @@ def decode_ring_bytes(buf: bytes | memoryview | np.ndarray, dtype: np.dtype) -> 
     return body.view(dtype).ravel()
 
 
+def display_text(b: bytes) -> str:
+    """Bytes from the kernel (comm, argv, paths) as text for the trace: undecodable
+    bytes become a literal \\xNN, the same form rawlog uses for META."""
+    return b.decode("utf-8", "backslashreplace")
+
+
 def cstr(b: bytes) -> str:
     """A fixed-size C char array field as str."""
-    return b.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return display_text(b.split(b"\0", 1)[0])
 
 
 def argv_of(rec) -> list[str]:
@@ -195,7 +201,7 @@ def argv_of(rec) -> list[str]:
     parts = raw.split(b"\0")
     if parts and parts[-1] == b"":
         parts.pop()
-    return [p.decode("utf-8", "replace") for p in parts]
+    return [display_text(p) for p in parts]
 
 
 def encode_ring_bytes(records: np.ndarray) -> bytes:

@@ -41,6 +41,30 @@ KNOWN_KINDS = (KIND_META, KIND_RING, KIND_END)
 MAX_BLOCK = 1 << 31
 
 
+# header fields the converters read, and the JSON types they must have
+_HEADER_TYPES = {"clock": dict, "uname": dict, "ncpu": int, "rings": dict, "cuda": dict, "events": list,
+                 "command": list, "mode": str, "target_pid": int, "recorder_pid": int}
+
+
+def _display(v):
+    """Names, paths and argv come from the kernel as bytes and reach us as str with
+    surrogate escapes (os.fsdecode); JSON needs valid UTF-8, so each undecodable byte
+    becomes a literal \\xNN here, the one place they are escaped."""
+    if isinstance(v, str):
+        return os.fsencode(v).decode("utf-8", "backslashreplace")
+    if isinstance(v, dict):
+        return {_display(k): _display(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_display(x) for x in v]
+    return v
+
+
+def dumps_meta(obj: dict) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # a str with surrogates somewhere: escape once, then it is plain UTF-8
+        return orjson.dumps(_display(obj))
+
 class RawLogError(Exception):
     """The file is not a timeline raw log, or cannot be read at all."""
 
@@ -169,7 +193,7 @@ class RawLogWriter:
         self.bytes_written += total
 
     def write_meta(self, obj: dict) -> None:
-        self.write_block(KIND_META, orjson.dumps(obj))
+        self.write_block(KIND_META, dumps_meta(obj))
 
     def write_ring(self, ring: int, data) -> None:
         self.write_block(KIND_RING, data, ring)
@@ -184,7 +208,7 @@ class RawLogWriter:
         self._check()
 
     def finish(self, stats: dict) -> None:
-        self.write_block(KIND_END, orjson.dumps({"type": "end", **stats}))
+        self.write_block(KIND_END, dumps_meta({"type": "end", **stats}))
         self._drain_queue()
         os.fsync(self.fd)
 
@@ -233,9 +257,17 @@ class RawLogReader:
         blk = self._next_block()
         if blk is None or blk.kind != KIND_META:
             raise RawLogError(f"{self.path}: raw log has no header (file is empty or damaged)")
-        hdr = blk.json()
-        if hdr.get("type") != "header":
+        try:
+            hdr = blk.json()
+        except orjson.JSONDecodeError:
+            hdr = None
+        if not isinstance(hdr, dict) or hdr.get("type") != "header":
             raise RawLogError(f"{self.path}: first block is not a header")
+        for key, types in _HEADER_TYPES.items():  # a valid checksum does not make a sane header
+            if hdr.get(key) is not None and not isinstance(hdr[key], types):
+                raise RawLogError(f"{self.path}: header field {key!r} is malformed")
+        if not all(isinstance(v, int) for v in (hdr.get("clock") or {}).values()):
+            raise RawLogError(f"{self.path}: header field 'clock' is malformed")
         return hdr
 
     def _next_block(self) -> Block | None:

@@ -80,7 +80,7 @@ def exit_status(returncode: int) -> int:
 
 def _comm(pid: int, tid: int) -> str:
     try:
-        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+        with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8", errors="surrogateescape") as f:
             return f.read().rstrip("\n")
     except OSError:
         return ""

@@ -34,6 +34,8 @@ class Param:
     name: str
     default: float
     help: str
+    lo: float = 0.0             # valid values: lo <= v <= hi (--param is checked against them)
+    hi: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ CATALOG: tuple[Check, ...] = (
             "losses the recorder reports as refused by the kernel with room left (summary, 'records refused' "
             "track) are not helped by a bigger buffer.",
         params=(P("error_fraction", 0.01, "dropped / (recorded + dropped) from which the finding is an "
-                                          "error (any drop is at least a warning)"),)),
+                                          "error (any drop is at least a warning)", hi=1),)),
     Check(
         "input_stall", "Input pipeline stall", ("sched",),
         why="While the main training thread sleeps waiting for the next batch from the DataLoader "
@@ -75,9 +77,9 @@ CATALOG: tuple[Check, ...] = (
         fix="Make batches cheaper or produce them in parallel: more num_workers, a larger prefetch_factor, "
             "persistent_workers=True, faster storage or caching, lighter per-sample transforms.",
         params=(P("warn_fraction", 0.10, "share of the DataLoader's run the main thread spent waiting for "
-                                         "batches: warning from here"),
-                P("error_fraction", 0.30, "... error from here"),
-                P("window_s", 1.0, "window length for the worst windows"),
+                                         "batches: warning from here", hi=1),
+                P("error_fraction", 0.30, "... error from here", hi=1),
+                P("window_s", 1.0, "window length for the worst windows", lo=0.01),
                 P("max_windows", 3, "how many worst windows to list"))),
     Check(
         "cpu_contention", "CPU contention on the dispatcher thread", ("sched",),
@@ -85,16 +87,16 @@ CATALOG: tuple[Check, ...] = (
             "it is runnable; time spent runnable-but-not-running delays every step.",
         fix="Give the dispatcher thread a CPU of its own: fewer DataLoader workers / OMP threads than "
             "cores, pin noisy processes elsewhere (taskset), or raise its priority.",
-        params=(P("warn_fraction", 0.10, "waiting / (waiting + running) time of the dispatcher: warning"),
-                P("error_fraction", 0.30, "... error"),
+        params=(P("warn_fraction", 0.10, "waiting / (waiting + running) time of the dispatcher: warning", hi=1),
+                P("error_fraction", 0.30, "... error", hi=1),
                 P("min_wait_us", 200, "runnable intervals shorter than this are wakeup latency, not "
                                       "contention, and do not count as waiting"),
                 P("min_wall_fraction", 0.01, "... and waiting must be at least this share of the thread's "
-                                             "wall time (a thread that hardly runs loses nothing)"),
+                                             "wall time (a thread that hardly runs loses nothing)", hi=1),
                 P("p99_latency_ms", 5.0, "p99 scheduling latency (runnable -> running) for a warning"),
                 P("storm_switches_per_s", 5000, "context switches per second of the dispatcher for a "
                                                 "'switch storm' warning"),
-                P("window_s", 1.0, "window length for the worst window"))),
+                P("window_s", 1.0, "window length for the worst window", lo=0.01))),
     Check(
         "launch_latency", "Kernel launch latency outliers", ("cuda",),
         why="A kernel launch normally costs a few microseconds of CPU; launches far above the median "
@@ -111,8 +113,8 @@ CATALOG: tuple[Check, ...] = (
             "printing a tensor) make the CPU wait for the GPU and drain its work queue.",
         fix="Remove syncs from the step: keep metrics on the GPU and read them every N steps, use "
             "non_blocking=True copies into pinned memory, avoid .item()/.tolist() in the loop.",
-        params=(P("warn_fraction", 0.10, "share of a thread's CUDA span spent in sync calls: warning"),
-                P("error_fraction", 0.30, "... error"),
+        params=(P("warn_fraction", 0.10, "share of a thread's CUDA span spent in sync calls: warning", hi=1),
+                P("error_fraction", 0.30, "... error", hi=1),
                 P("small_copy_bytes", 64, "D2H copies up to this size count as scalar reads (.item())"))),
     Check(
         "host_gpu_gaps", "Host-bound GPU gaps", ("cuda", "gpu_counters"),
@@ -125,11 +127,11 @@ CATALOG: tuple[Check, ...] = (
                 P("min_idle_us", 200, "with GPU activity recorded: an idle stretch of a GPU counts from this "
                                       "length"),
                 P("active_fraction", 0.5, "... when the submitting thread was running/runnable for this "
-                                          "share of it"),
-                P("warn_fraction", 0.10, "gap time / submission span: warning"),
-                P("error_fraction", 0.30, "... error"),
-                P("low_util_pct", 30, "GPU utilization below this is 'low'"),
-                P("util_warn_fraction", 0.25, "share of low-utilization time for a warning"))),
+                                          "share of it", hi=1),
+                P("warn_fraction", 0.10, "gap time / submission span: warning", hi=1),
+                P("error_fraction", 0.30, "... error", hi=1),
+                P("low_util_pct", 30, "GPU utilization below this is 'low'", hi=100),
+                P("util_warn_fraction", 0.25, "share of low-utilization time for a warning", hi=1))),
     Check(
         "alloc_churn", "Allocator churn and OOM", ("cuda",),
         why="PyTorch's caching allocator should make cudaMalloc/cudaFree rare; a steady stream of them "
@@ -140,7 +142,7 @@ CATALOG: tuple[Check, ...] = (
         params=(P("free_rate_warn_per_s", 20, "cudaFree/cuMemFree calls per second of the process' CUDA span "
                                               "for a warning (the caching allocator frees only on "
                                               "empty_cache() or after a failed allocation)"),
-                P("time_warn_fraction", 0.05, "share of the process' CUDA span inside them for a warning"))),
+                P("time_warn_fraction", 0.05, "share of the process' CUDA span inside them for a warning", hi=1))),
     Check(
         "cuda_errors", "CUDA errors", ("cuda",),
         why="A CUDA call that returns an error usually means a crash, a silent fallback or a retry loop.",
@@ -177,7 +179,7 @@ CATALOG: tuple[Check, ...] = (
             "what bounds the run before any detail does.",
         fix="Idle GPU time is won back on the host (host_gpu_gaps, gpu_queue_delay, input_stall); exposed "
             "communication through overlap (comm_overlap); copy time through pinned memory and fewer transfers.",
-        params=(P("idle_warn_fraction", 0.30, "idle share of the steady state for a warning"),)),
+        params=(P("idle_warn_fraction", 0.30, "idle share of the steady state for a warning", hi=1),)),
     Check(
         "gpu_queue_delay", "Launch-to-start queueing", ("gpu",),
         why="The delay from a launch call to its kernel's start tells who waits: near zero, the GPU runs "
@@ -186,24 +188,24 @@ CATALOG: tuple[Check, ...] = (
             "Python per step; check cpu_contention and input_stall.",
         params=(P("starve_us", 50, "median launch-to-start delay below which the launch queue is empty"),
                 P("idle_warn_fraction", 0.20, "... and the GPU idle at least this share of the steady state: "
-                                              "warning"))),
+                                              "warning", hi=1))),
     Check(
         "kernel_outliers", "GPU kernel duration outliers", ("gpu",),
         why="A kernel that sometimes runs many times longer than usual points at GPU contention (other "
             "streams or processes), clock throttling or data-dependent work.",
         fix="Look at what else ran on the GPU then (other streams, NCCL), the GPU clock and power counters, "
             "and the kernel's inputs at those steps.",
-        params=(P("outlier_factor", 5, "a run is an outlier above this multiple of the kernel's median"),
+        params=(P("outlier_factor", 5, "a run is an outlier above this multiple of the kernel's median", lo=1),
                 P("min_outlier_us", 100, "... and above this many microseconds"),
-                P("min_runs", 10, "only kernels run at least this often have a median"),
+                P("min_runs", 10, "only kernels run at least this often have a median", lo=1),
                 P("max_outliers", 3, "how many worst runs to list"))),
     Check(
         "comm_overlap", "Compute/communication overlap", ("gpu",),
         why="Communication kernels (NCCL) that run while no compute kernel does leave the GPU's compute "
             "idle; data-parallel training hides them behind the backward pass.",
         fix="Overlap the all-reduce with backward (DDP buckets, FSDP prefetch) or communicate less per step.",
-        params=(P("min_comm_fraction", 0.05, "communication share of the steady state worth judging"),
-                P("overlap_warn_fraction", 0.5, "overlapped share of communication below which it warns"))),
+        params=(P("min_comm_fraction", 0.05, "communication share of the steady state worth judging", hi=1),
+                P("overlap_warn_fraction", 0.5, "overlapped share of communication below which it warns", hi=1))),
 )
 
 BY_ID = {c.id: c for c in CATALOG}

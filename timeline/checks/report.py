@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..terminal import printable
 from .runner import STATUS_ORDER, Finding, Report
 
 _BADGE = {
@@ -35,7 +36,7 @@ def fmt_window(f: Finding, start: Optional[int]) -> Optional[str]:
 
 def _fmt_value(v: Any) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
+        return printable(v)
     if abs(v) >= 1000 or float(v).is_integer():
         return f"{v:,.0f}"
     return f"{v:.4g}"
@@ -65,7 +66,7 @@ def render_text(report: Report, console, verbose: bool = False) -> None:
 
     present = [k for k, v in report.families.items() if v] or ["none"]
     span = (report.end_ts - report.start_ts) if report.start_ts is not None and report.end_ts else None
-    console.print(Text.assemble(("timeline check ", "bold"), report.trace or "",
+    console.print(Text.assemble(("timeline check ", "bold"), printable(report.trace or ""),
                                 f"  ({report.engine} engine, {fmt_dur(span)} of trace; "
                                 f"recorded: {', '.join(present)})"))
     if report.incomplete:
@@ -81,13 +82,13 @@ def render_text(report: Report, console, verbose: bool = False) -> None:
         label, badge_style = _BADGE[r.status]
         parts: list = [Text.assemble((r.check.title, "bold"), (f"  [{r.check.id}]", "dim"))]
         if r.status == "not recorded":
-            parts.append(Text(r.note or "", "dim"))
+            parts.append(Text(printable(r.note or ""), "dim"))
         elif r.status == "failed":
-            parts.append(Text(f"could not run: {r.error}", "red"))
+            parts.append(Text(f"could not run: {printable(r.error)}", "red"))
         for f in r.findings:
             main = f.severity != "info" or r.status == "info"
             quiet = f.severity in ("ok", "n/a")
-            msg = Text(("" if main else "- ") + f.message, "dim" if quiet else "")
+            msg = Text(("" if main else "- ") + printable(f.message), "dim" if quiet else "")
             parts.append(msg if main else indent(msg, 2))
             details = []
             if not quiet or verbose:
@@ -98,10 +99,10 @@ def render_text(report: Report, console, verbose: bool = False) -> None:
             if details:
                 parts.append(indent(Text(" · ".join(details), "dim"), 4 if main else 6))
             if not main and f.hint:
-                parts.append(indent(Text("-> " + f.hint, "italic"), 6))
+                parts.append(indent(Text("-> " + printable(f.hint), "italic"), 6))
         if r.status in ("error", "warning"):
             hint = next((f.hint for f in r.findings if f.hint and f.severity in ("error", "warning")), None)
-            parts.append(indent(Text.assemble(("fix: ", "bold"), hint or r.check.fix), 4))
+            parts.append(indent(Text.assemble(("fix: ", "bold"), printable(hint or r.check.fix)), 4))
         grid.add_row(Text(label, badge_style), Group(*parts))
         grid.add_row("", "")
     console.print(grid)

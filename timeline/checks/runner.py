@@ -103,6 +103,10 @@ def parse_params(items: Iterable[str]) -> dict[str, dict[str, float]]:
             raise CheckConfigError(f"--param {item!r}: {value!r} is not a number") from None
         if num != num or num in (float("inf"), float("-inf")):
             raise CheckConfigError(f"--param {item!r}: {value!r} is not a finite number")
+        spec = next(p for p in check.params if p.name == name)
+        if not spec.lo <= num <= spec.hi:  # e.g. window_s=0 would make the SQL build endless windows
+            rng = f">= {spec.lo:g}" if spec.hi == float("inf") else f"between {spec.lo:g} and {spec.hi:g}"
+            raise CheckConfigError(f"--param {item!r}: {cid}.{name} must be {rng}")
         out.setdefault(cid, {})[name] = int(num) if num.is_integer() else num
     return out
 

@@ -45,6 +45,7 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
     0, or 1 with --fail-on when a finding reaches that severity, 2 on errors.
     """
     from ..checks import CheckConfigError, parse_params, run_checks, select_checks
+    from ..checks.catalog import CATALOG
     from ..checks.report import render_text, to_json
     from ..trace_processor import TraceProcessorError
 
@@ -55,7 +56,9 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         raise UserError("missing TRACE (or use --list)")
     try:
         overrides = parse_params(params)
-        ids = only.split(",") if only else None
+        ids = [c.strip() for c in only.split(",") if c.strip()] if only is not None else None
+        if ids == []:
+            raise CheckConfigError(f"--only {only!r} names no check (known: {', '.join(c.id for c in CATALOG)})")
         select_checks(ids)
     except CheckConfigError as e:
         raise UserError(str(e)) from None
@@ -65,13 +68,16 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         check_writable(annotate_out)
         if os.path.abspath(annotate_out) == os.path.abspath(trace):
             raise UserError("--annotate must name a new file, not the trace itself")
-    tp = open_trace_or_fail(trace, engine, tp_bin)
-    try:
-        report = run_checks(tp, trace, only=ids, params=overrides)
-    except TraceProcessorError as e:
-        raise UserError(f"checks failed: {_one_line(e)}") from None
-    finally:
-        tp.close()
+    from .interrupt import interruptible
+
+    with interruptible():
+        tp = open_trace_or_fail(trace, engine, tp_bin)
+        try:
+            report = run_checks(tp, trace, only=ids, params=overrides)
+        except TraceProcessorError as e:
+            raise UserError(f"checks failed: {_one_line(e)}") from None
+        finally:
+            tp.close()
 
     if fmt == "json":
         sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")

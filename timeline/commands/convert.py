@@ -77,6 +77,8 @@ def convert_cmd(raw, output, fmt, quiet):
         raise UserError(f"{raw} does not exist")
     if not os.access(raw, os.R_OK):
         raise UserError(f"cannot read {raw}: permission denied")
+    if output == "":
+        raise UserError("-o/--output needs a file name")
     fmt = infer_format(output or "", fmt)
     if output is None:
         base = raw[:-6] if raw.endswith(".tlraw") else raw

@@ -30,6 +30,9 @@ def open_trace_or_fail(path: str, engine: str, tp_bin):
 
     if not os.path.exists(path):
         raise UserError(f"{path} does not exist")
+    from .trace_input import check_trace_file
+
+    check_trace_file(path)
     try:
         return open_trace(path, engine=engine, bin_path=tp_bin, offline=True)
     except TraceProcessorError as e:
@@ -67,18 +70,23 @@ def print_result(res, fmt: str) -> None:
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(*res.columns, show_lines=False, highlight=True,
-                      caption=f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
+        from ..terminal import printable
+
+        table = Table(show_lines=False, highlight=True, caption=f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
+        for c in res.columns:
+            table.add_column(Text(printable(c)))
         for r in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in r))
+            # Text, not str: a cell holding "[link=...]" must not become rich markup
+            table.add_row(*(Text("NULL" if v is None else printable(v)) for v in r))
         Console(highlight=False).print(table)
 
 
 @click.command("query")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.argument("sql", required=False)
-@click.option("-f", "--file", "sql_file", type=click.File("r"), help="Read the SQL from a file ('-' = stdin).")
+@click.option("-f", "--file", "sql_file", type=click.File("rb"), help="Read the SQL from a file ('-' = stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table (for the terminal), csv, or json (a list of row objects).")
 @engine_options
@@ -94,15 +102,22 @@ def query(trace, sql, sql_file, fmt, engine, tp_bin):
 
     if (sql is None) == (sql_file is None):
         raise UserError("give the SQL either as an argument or with -f FILE (one of them)")
-    text = sql if sql is not None else sql_file.read()
+    try:  # an argument holds undecodable bytes as surrogates; a file is read as bytes
+        text = sql if sql is not None else sql_file.read().decode("utf-8")
+        text.encode("utf-8")
+    except UnicodeError:
+        raise UserError("the SQL is not valid UTF-8") from None
     if not text.strip():
         raise UserError("the SQL is empty")
-    tp = open_trace_or_fail(trace, engine, tp_bin)
-    try:
-        warn_if_incomplete(tp)
-        res = tp.query(text)
-    except TraceProcessorError as e:
-        raise UserError(f"query failed: {_one_line(e)}") from None
-    finally:
-        tp.close()
-    print_result(res, fmt)
+    from .interrupt import interruptible
+
+    with interruptible():
+        tp = open_trace_or_fail(trace, engine, tp_bin)
+        try:
+            warn_if_incomplete(tp)
+            res = tp.query(text)
+        except TraceProcessorError as e:
+            raise UserError(f"query failed: {_one_line(e)}") from None
+        finally:
+            tp.close()
+        print_result(res, fmt)

@@ -10,6 +10,7 @@ import click
 from ..errors import UserError
 from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
 from ..target import invoking_user
+from ..terminal import printable
 from .convert import EXIT_NO_TRACE, NoRoom, run_conversion
 from .output import check_writable, human_bytes, infer_format, raw_path_for
 
@@ -56,6 +57,24 @@ class _StatusLine:
             sys.stderr.flush()
 
 
+class _Seconds(click.ParamType):
+    """A positive, finite number of seconds (0, negatives, nan and inf meant
+    three different things before; none of them is a sensible setting)."""
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (0 < v < float("inf")):
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return v
+
+
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT on 64-bit
+
+
 def _parse_events(value: str) -> tuple[str, ...]:
     names = tuple(v.strip() for v in value.split(",") if v.strip())
     return names or DEFAULT_EVENTS
@@ -66,14 +85,14 @@ def _parse_events(value: str) -> tuple[str, ...]:
               "A .json or .json.gz name selects Chrome JSON.")
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
-@click.option("-d", "--duration", type=float, help="Stop recording after this many seconds.")
+@click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help="Event families, comma separated (proc is always on). Known: sched, cuda, ioctl, block, counters.")
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
 @click.option("--keep-raw", is_flag=True, help="Keep the .tlraw log next to the trace after converting.")
 @click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
 @click.option("--buffer-size", type=int, default=16, show_default=True, help="sched ring buffer size in MiB.")
-@click.option("--flush-interval", type=float, default=0.05, show_default=True,
+@click.option("--flush-interval", type=_Seconds(), default=0.05, show_default=True,
               help="Seconds between ring buffer drains while events flow; up to 4x longer while "
                    "little moves (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
@@ -96,6 +115,12 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     """
     if pid is not None and command:
         raise UserError("give either a command or --pid, not both")
+    if pid is not None and pid <= 0:
+        raise UserError(f"--pid {pid}: a process id is a positive number")
+    if pid is not None and pid > PID_MAX:  # no such process can exist (and os calls would overflow)
+        raise UserError(f"no process with PID {pid}")
+    if output == "":
+        raise UserError("-o/--output needs a file name")
     if output is None:
         output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
     fmt = infer_format(output, fmt)
@@ -114,24 +139,24 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
         res = Recorder(cfg, status=status if status.enabled else None).run()
     finally:
         status.clear()
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(msg, err=True))
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(printable(msg), err=True))
     kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
     for note in res.notes:
         say(f"timeline: {note}")
     for line in drop_warnings(res.drops, res.drop_causes):
-        click.echo(f"timeline: warning: {line}", err=True)
+        click.echo(f"timeline: warning: {printable(line)}", err=True)
     if res.disk_full is not None:
-        click.echo(f"timeline: error: the disk holding {raw} filled up ({res.disk_full.strerror}): recording "
-                   f"stopped there and the command ran on; {human_bytes(res.disk_full.kept)} of raw log kept, "
-                   "events after that were not recorded", err=True)
+        click.echo(f"timeline: error: the disk holding {printable(raw)} filled up ({res.disk_full.strerror}): "
+                   f"recording stopped there and the command ran on; {human_bytes(res.disk_full.kept)} of raw "
+                   "log kept, events after that were not recorded", err=True)
     if raw_only:
         say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
     else:
         try:
             conv = run_conversion(raw, output, fmt, owner=owner, quiet=quiet)
         except NoRoom as e:
-            click.echo(f"timeline: error: {e}", err=True)
+            click.echo(f"timeline: error: {printable(str(e))}", err=True)
             sys.exit(EXIT_NO_TRACE)
         if not keep_raw:
             os.unlink(raw)

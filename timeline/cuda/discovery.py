@@ -118,7 +118,8 @@ def file_key(path: str) -> tuple[int, int] | None:
 
 def read_maps(pid: int) -> str | None:
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        # paths are bytes; surrogateescape keeps them exact (os.fsencode gives them back)
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
             return f.read()
     except OSError:
         return None
@@ -127,7 +128,7 @@ def read_maps(pid: int) -> str | None:
 def parse_maps(text: str, executable: bool = True) -> list[tuple[int, int, int, int, str]]:
     """File mappings, executable ones only by default: (start, end, file offset, inode, path)."""
     out = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): \x1c, \x85 etc. may be in a name
         parts = line.split(None, 5)
         if len(parts) < 6 or ("x" if executable else "r") not in parts[1] or not parts[5].startswith("/"):
             continue

@@ -93,7 +93,11 @@ def _load_module(path: str) -> wasmtime.Module:
             return mod
         t0 = time.perf_counter()
         if _ENGINE is None:
-            _ENGINE = wasmtime.Engine()
+            # epoch interruption: interrupt() can stop a running query (Ctrl-C);
+            # without it a long query holds the thread in native code to the end
+            cfg = wasmtime.Config()
+            cfg.epoch_interruption = True
+            _ENGINE = wasmtime.Engine(cfg)
         with open(path, "rb") as f:
             wasm = f.read()
         try:
@@ -101,7 +105,7 @@ def _load_module(path: str) -> wasmtime.Module:
         except importlib.metadata.PackageNotFoundError:
             wt_ver = "unknown"
         key = hashlib.sha256(wasm).hexdigest()[:20]
-        cached = os.path.join(_cache_dir(), f"{os.path.basename(path)[:-5]}-{key}-wasmtime{wt_ver}-{platform.machine()}.cwasm")
+        cached = os.path.join(_cache_dir(), f"{os.path.basename(path)[:-5]}-{key}-wasmtime{wt_ver}-{platform.machine()}-epoch.cwasm")
         mod = None
         if os.path.isfile(cached):
             try:
@@ -123,6 +127,17 @@ def _load_module(path: str) -> wasmtime.Module:
         return mod
 
 
+_interrupted = threading.Event()
+
+
+def interrupt() -> None:
+    """Stop every running wasm call (safe from any thread): it traps, and the
+    call raises KeyboardInterrupt. The instances are unusable afterwards."""
+    _interrupted.set()
+    if _ENGINE is not None:
+        _ENGINE.increment_epoch()
+
+
 # --------------------------------------------------------------------------
 # One trace_processor instance
 # --------------------------------------------------------------------------
@@ -140,6 +155,7 @@ class WasmTraceProcessor(BaseTraceProcessor):
         module = _load_module(self.wasm_path)
         t0 = time.perf_counter()
         self._store = store = wasmtime.Store(_ENGINE)
+        store.set_epoch_deadline(1)  # trap at the next interrupt() (the epoch moves only there)
         self.stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._stderr_partial = b""
         self._echo_stderr = bool(os.environ.get("TIMELINE_TP_VERBOSE"))
@@ -214,6 +230,9 @@ class WasmTraceProcessor(BaseTraceProcessor):
                 mem.write(store, piece, self._req_buf)
                 self._on_request(store, len(piece))
         except Exception as e:  # a trap, or a host function that raised
+            if _interrupted.is_set():
+                self._dead = "interrupted"
+                raise KeyboardInterrupt from None
             self._dead = self._crash_text(e)
             raise TraceProcessorError(f"wasm trace_processor crashed: {self._dead}") from None
         # De-frame the stream (repeated field 1, length-delimited).
