@@ -37,7 +37,9 @@ def view(trace, port, no_browser, verbose):
         if not no_browser:
             # Some browsers' launchers block until the browser exits: never wait on it.
             threading.Thread(target=_open_browser, args=(server.url,), daemon=True).start()
-        server.serve_forever()
+        # SIGINT may land on a thread other than this one (numpy's OpenBLAS pool,
+        # imported by other commands): it is then seen at the next poll timeout.
+        server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
     finally:
