@@ -8,11 +8,13 @@ import click
 
 from ..errors import UserError
 from ..rawlog import RawLogError
+from ..target import invoking_user
 from .output import check_writable, human_bytes, infer_format
 
 
-def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False):
-    """Convert with a progress bar on a terminal; warn about damage."""
+def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False):
+    """Convert with a progress bar on a terminal; warn about damage.
+    user: the invoking user in sudo mode, who creates and owns `out`."""
     from ..converters import convert
 
     progress = None
@@ -26,14 +28,12 @@ def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False
         bar.start()
         progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
     try:
-        res = convert(raw, out, fmt=fmt, progress=progress)
-    except RawLogError as e:
+        res = convert(raw, out, fmt=fmt, progress=progress, user=user)
+    except (RawLogError, ValueError) as e:
         raise UserError(str(e)) from None
     finally:
         if bar is not None:
             bar.stop()
-    if owner is not None:
-        os.chown(out, *owner)
     if res.damage is not None:
         click.echo(f"timeline: warning: {raw} is damaged at byte {res.damage.offset} ({res.damage.reason}); "
                    f"converted the {res.events} events before it", err=True)
@@ -65,7 +65,8 @@ def convert_cmd(raw, output, fmt, quiet):
     if output is None:
         base = raw[:-6] if raw.endswith(".tlraw") else raw
         output = base + (".json" if fmt == "chrome" else ".pftrace")
-    check_writable(output)
-    res = run_conversion(raw, output, fmt, quiet=quiet)
+    user = invoking_user()
+    check_writable(output, user)
+    res = run_conversion(raw, output, fmt, user=user, quiet=quiet)
     if not quiet:
         click.echo(f"wrote {output} ({human_bytes(res.out_bytes)}, {res.events} events)", err=True)
