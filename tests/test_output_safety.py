@@ -132,10 +132,11 @@ def test_sudo_user_cannot_write_into_root_only_directory(tmp_path, udir):
 ATTACKER = textwrap.dedent("""
     import os, sys, time
     d, victim, stop = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
+    suffixes = tuple(sys.argv[4].split(","))
     n = 0
     while time.monotonic() < stop:
         for name in os.listdir(d):
-            if name.startswith(".tl-") or name.endswith((".pftrace", ".tlraw")):
+            if name.startswith(".tl-") or name.endswith(suffixes):
                 tmp = os.path.join(d, ".evil%d" % n)
                 n += 1
                 try:
@@ -147,7 +148,7 @@ ATTACKER = textwrap.dedent("""
 
 
 def _attacker(d, victim, seconds):
-    return subprocess.Popen([USER_PYTHON, "-c", ATTACKER, d, victim, str(seconds)],
+    return subprocess.Popen([USER_PYTHON, "-c", ATTACKER, d, victim, str(seconds), ".pftrace,.tlraw"],
                             user=NOBODY, group=NOBODY, extra_groups=[])
 
 
@@ -183,14 +184,19 @@ def test_race_swapping_names_for_symlinks_takes_nothing_over(tmp_path, udir, vic
 
 
 HOSTILE_TARGET = textwrap.dedent("""
-    import os, subprocess, sys
+    import os, sys, time
     # Double fork: the helper outlives the target, as a real attack would.
-    if os.fork() == 0:
+    if os.fork() != 0:
+        while not os.path.exists(sys.argv[4]):  # exit once the helper runs
+            time.sleep(0.01)
+        time.sleep(0.3)
+    else:
         os.setsid()
         if os.fork() == 0:
             with open(sys.argv[4], "w") as f:
                 f.write(str(os.getpid()))
-            os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3], "20"])
+            os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3], "20",
+                                      ".pftrace"])
         os._exit(0)
 """)
 
