@@ -225,3 +225,24 @@ def test_record_with_double_forking_hostile_target(udir, victim):
             except (OSError, ValueError):
                 pass
     assert_untouched(victim)
+
+
+def test_sudo_conversion_does_not_read_through_a_planted_raw_log_symlink(tmp_path, udir):
+    """A .tlraw swapped for a symlink to a root-only raw log: root must not
+    convert that log into the user's trace."""
+    from timeline.commands.convert import run_conversion
+
+    secret_raw = scenario(str(tmp_path / "secret.tlraw"))
+    os.chmod(secret_raw, 0o600)
+    plant(os.path.join(udir, "r.tlraw"), secret_raw)
+    with pytest.raises(UserError, match="cannot read"):
+        run_conversion(os.path.join(udir, "r.tlraw"), os.path.join(udir, "r.pftrace"), "perfetto",
+                       user=NOBODY_USER, quiet=True)
+    assert not os.path.exists(os.path.join(udir, "r.pftrace"))
+    # The user's own raw log converts, and the trace is theirs.
+    os.unlink(os.path.join(udir, "r.tlraw"))
+    mine = scenario(os.path.join(udir, "r.tlraw"))
+    os.chown(mine, NOBODY, NOBODY)
+    run_conversion(mine, os.path.join(udir, "r.pftrace"), "perfetto", user=NOBODY_USER, quiet=True)
+    st = os.lstat(os.path.join(udir, "r.pftrace"))
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY, NOBODY, 0o600)

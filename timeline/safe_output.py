@@ -122,6 +122,12 @@ def remove(path: str, user=None) -> None:
     as_user(user, rm)
 
 
+def open_for_reading(path: str, user=None) -> int:
+    """A read-only fd on `path` opened as `user` without following a symlink
+    at its last component (root must not be pointed at another file)."""
+    return as_user(user, lambda: (None, os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)))[1]
+
+
 class OutputFile:
     """A file that will appear at `path`: write through `fd`, then `commit()`.
 

@@ -8,6 +8,7 @@ import click
 
 from ..errors import UserError
 from ..rawlog import RawLogError
+from ..safe_output import open_for_reading
 from ..target import invoking_user
 from .output import check_writable, human_bytes, infer_format
 
@@ -27,11 +28,19 @@ def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False)
         task = bar.add_task("convert", total=os.path.getsize(raw))
         bar.start()
         progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
+    src, raw_fd = raw, -1
     try:
-        res = convert(raw, out, fmt=fmt, progress=progress, user=user)
+        if user is not None:  # sudo: read the raw log as the user, never through a planted symlink
+            raw_fd = open_for_reading(raw, user)
+            src = f"/proc/self/fd/{raw_fd}"
+        res = convert(src, out, fmt=fmt, progress=progress, user=user)
     except (RawLogError, ValueError) as e:
-        raise UserError(str(e)) from None
+        raise UserError(str(e).replace(src, raw)) from None
+    except OSError as e:
+        raise UserError(f"cannot read {raw}: {e.strerror}") from None
     finally:
+        if raw_fd >= 0:
+            os.close(raw_fd)
         if bar is not None:
             bar.stop()
     if res.damage is not None:
