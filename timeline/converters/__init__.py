@@ -66,7 +66,8 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
     m = _model.scan(raw_path, progress, total, families_loader=_families.load)
     norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
     events = 0
-    with _AtomicOutput(out_path, user) as raw_f:
+    atomic = _AtomicOutput(out_path, user)
+    with atomic as raw_f:
         f = raw_f
         if fmt == "chrome" and out_path.endswith(".gz"):
             f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
@@ -98,11 +99,10 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         w.finish()
         if f is not raw_f:
             f.close()
-        out_bytes = os.fstat(raw_f.fileno()).st_size
     if progress:
         progress(total, total)
     return ConvertResult(events=events, damage=m.damage, finalized=m.finalized,
-                         out_bytes=out_bytes, drops=m.drops,
+                         out_bytes=atomic.size, drops=m.drops,
                          out_path=out_path, synthetic_switches=norm.synthetic,
                          switches=getattr(w, "n_switch", 0), switch_bytes=getattr(w, "switch_bytes", 0))
 
@@ -125,6 +125,7 @@ class _AtomicOutput:
         try:
             if not self.f.closed:
                 self.f.close()
+            self.size = os.fstat(self.out.fd).st_size  # the written size, whatever the name holds later
         except BaseException:
             self.out.__exit__(*__import__("sys").exc_info())
             raise
