@@ -22,6 +22,7 @@ symlink nor replaces a device).
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -54,9 +55,9 @@ def as_user(user, fn):
             os.setuid(user.uid)
             try:
                 value, fd = fn()
-                msg = repr(("ok", value)).encode()
+                msg = json.dumps(["ok", value]).encode()
             except OSError as e:
-                fd, msg = None, repr(("err", e.errno, e.strerror, e.filename)).encode()
+                fd, msg = None, json.dumps(["err", e.errno, e.strerror, e.filename]).encode()
             socket.send_fds(child, [msg], [fd] if fd is not None else [])
             code = 0
         finally:
@@ -69,8 +70,7 @@ def as_user(user, fn):
         os.waitpid(pid, 0)
     if not msg:
         raise OSError(0, "helper process failed")
-    import ast
-    reply = ast.literal_eval(msg.decode())
+    reply = json.loads(msg)
     if reply[0] == "err":
         raise OSError(reply[1], reply[2], reply[3])
     return reply[1], (fds[0] if fds else None)

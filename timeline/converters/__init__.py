@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import sys
 
 from ..rawlog import Damage, RawLogError
 from . import families as _families
@@ -127,7 +128,7 @@ class _AtomicOutput:
                 self.f.close()
             self.size = os.fstat(self.out.fd).st_size  # the written size, whatever the name holds later
         except BaseException:
-            self.out.__exit__(*__import__("sys").exc_info())
+            self.out.__exit__(*sys.exc_info())
             raise
         self.out.__exit__(exc_type, exc, tb)
         return False
