@@ -48,3 +48,21 @@ def read_raw(path: str) -> dict:
         dtype = events.SCHED_EVENT if name == "sched" else events.PROC_EVENT
         out[name] = np.concatenate(out[name]) if out[name] else np.zeros(0, dtype)
     return out
+
+
+NOBODY = 65534
+SUDO_NOBODY = {"SUDO_UID": str(NOBODY), "SUDO_GID": str(NOBODY), "SUDO_USER": "nobody"}
+
+
+@pytest.fixture
+def udir():
+    """A directory owned by uid 65534 that uid 65534 can reach (pytest's own
+    tmp tree is root-only, which a writer with the user's identity cannot
+    traverse); removed afterwards."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="tl-user-", dir="/tmp")
+    os.chown(d, NOBODY, NOBODY)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

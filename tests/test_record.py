@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from timeline import events
-from helpers import read_raw, require_root, timeline_cmd
+from helpers import read_raw, require_root, timeline_cmd, udir  # noqa: F401 (udir: fixture)
 
 pytestmark = pytest.mark.usefixtures("root")
 
@@ -222,9 +222,8 @@ def test_recorder_killed_leaves_readable_log(tmp_path):
     assert len(log["sched"]) > 100
 
 
-def test_runs_as_invoking_user_and_owns_files(tmp_path):
-    os.chmod(tmp_path, 0o777)
-    raw = str(tmp_path / "u.tlraw")
+def test_runs_as_invoking_user_and_owns_files(udir):
+    raw = os.path.join(udir, "u.tlraw")
     env = dict(os.environ, SUDO_UID="65534", SUDO_GID="65534")
     cp = timeline_cmd("record", "--raw-only", "-o", raw, "--", "/bin/sh", "-c",
                       'echo uid $(id -u) $(id -g) $HOME', env=env)

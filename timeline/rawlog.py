@@ -104,14 +104,21 @@ class RawLogWriter:
     raised by the next call.
     """
 
-    def __init__(self, path: str, header: dict, *, mode: int = 0o600, owner: tuple[int, int] | None = None,
+    def __init__(self, path: str, header: dict, *, mode: int = 0o600, user=None,
                  background: bool = False, max_queued: int = 256 << 20):
+        from .safe_output import OutputFile
+
         self.path = path
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        self.fd = os.open(path, flags, mode)
-        os.fchmod(self.fd, mode)
-        if owner is not None:
-            os.fchown(self.fd, owner[0], owner[1])
+        # Created under a temporary name and renamed into place at once, as
+        # `user` in sudo mode (see safe_output); we keep writing through the
+        # fd, so a killed recorder still leaves a convertible log at `path`.
+        out = OutputFile(path, user, mode)
+        try:
+            out.commit()
+        except BaseException:
+            out.close()
+            raise
+        self.fd = out.fd
         self.bytes_written = 0  # accepted so far (queued or on disk)
         self.on_disk = 0        # written whole (a failed block is cut off again)
         self._queue: collections.deque | None = None

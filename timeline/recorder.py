@@ -22,6 +22,7 @@ from . import __version__, events, libbpf
 from .bpf_session import FAMILIES, BpfSession
 from .errors import UserError
 from .rawlog import RawLogFull, RawLogWriter
+from .safe_output import remove
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
 from .target import exit_status, invoking_user, launch, resolve_command, snapshot_tree
@@ -42,7 +43,7 @@ class RecordConfig:
     as_root: bool = False
     buffer_mb: int = 16
     poll_interval: float = 0.05
-    owner: tuple[int, int] | None = None  # chown output files to (uid, gid)
+    owner: object = None  # the invoking user (target.RunAs) who creates and owns output files; None: us
     ioctl_mode: str = "gpu"  # ioctl family: "gpu" records NVIDIA device calls, counts the rest; "all"
     sample_interval: float = 0.5  # counters family: seconds between /proc and NVML samples (0: off)
     cuda_libs: tuple[str, ...] = ()       # --cuda-lib: extra libraries to probe (timeline.cuda)
@@ -271,7 +272,7 @@ class Recorder:
         header["rings"] = {str(f.ring_id): {"name": f.name, "record_size": f.dtype.itemsize,
                                             "stride": events.ring_stride(f.dtype)} for f in fams}
         try:
-            writer = RawLogWriter(cfg.raw_path, header, owner=cfg.owner, background=True)
+            writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
         except OSError as e:
             raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
         try:
@@ -279,7 +280,7 @@ class Recorder:
                                  ring_sizes={"sched": cfg.buffer_mb << 20})
         except libbpf.BPFError as e:
             writer.close()
-            os.unlink(cfg.raw_path)
+            remove(cfg.raw_path, cfg.owner)
             raise UserError(f"loading the eBPF programs failed: {e}") from None
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)

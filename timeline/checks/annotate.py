@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 from typing import Optional
 
 from .runner import SEVERITIES, Report
@@ -132,36 +131,29 @@ def _json_events(report: Report) -> list[dict]:
     return events
 
 
-def write_annotated(src: str, out: str, report: Report) -> int:
-    """Writes `src` plus the report's findings to `out` (same format as src).
+def write_annotated(src: str, out: str, report: Report, user=None) -> int:
+    """Writes `src` plus the report's findings to `out` (same format as src),
+    created through safe_output (as `user`, the invoking user, in sudo mode).
     Returns the number of findings written."""
+    from ..safe_output import OutputFile
+
     is_json, gz = _sniff_json(src)
     if gz and not is_json:
         raise ValueError(f"{src} is gzip-compressed but not JSON: decompress it first to annotate it")
     n = sum(1 for _ in _items(report))
-    d = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(prefix=".timeline-annotate-", dir=d)  # 0600, like recorded traces
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if is_json:
-                opener = gzip.open if gz else open
-                with opener(src, "rb") as f:
-                    doc = json.load(f)
-                if isinstance(doc, list):  # the bare-array form of the JSON trace format
-                    doc = {"traceEvents": doc}
-                doc.setdefault("traceEvents", []).extend(_json_events(report))
-                data = json.dumps(doc, separators=(",", ":")).encode()
-                fh.write(gzip.compress(data, 6) if out.endswith(".gz") else data)
-            else:
-                with open(src, "rb") as f:
-                    while chunk := f.read(1 << 24):
-                        fh.write(chunk)
-                fh.write(_proto_packets(report))
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with OutputFile(out, user) as dest, os.fdopen(os.dup(dest.fd), "wb") as fh:
+        if is_json:
+            opener = gzip.open if gz else open
+            with opener(src, "rb") as f:
+                doc = json.load(f)
+            if isinstance(doc, list):  # the bare-array form of the JSON trace format
+                doc = {"traceEvents": doc}
+            doc.setdefault("traceEvents", []).extend(_json_events(report))
+            data = json.dumps(doc, separators=(",", ":")).encode()
+            fh.write(gzip.compress(data, 6) if out.endswith(".gz") else data)
+        else:
+            with open(src, "rb") as f:
+                while chunk := f.read(1 << 24):
+                    fh.write(chunk)
+            fh.write(_proto_packets(report))
     return n

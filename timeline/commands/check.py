@@ -63,9 +63,10 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
     except CheckConfigError as e:
         raise UserError(str(e)) from None
     if annotate_out:
+        from ..target import invoking_user
         from .output import check_writable
 
-        check_writable(annotate_out)
+        check_writable(annotate_out, invoking_user())
         if os.path.abspath(annotate_out) == os.path.abspath(trace):
             raise UserError("--annotate must name a new file, not the trace itself")
     from .interrupt import interruptible
@@ -89,7 +90,7 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         from ..checks.annotate import write_annotated
 
         try:
-            n = write_annotated(trace, annotate_out, report)
+            n = write_annotated(trace, annotate_out, report, user=invoking_user())
         except (OSError, ValueError) as e:
             raise UserError(f"cannot write {annotate_out}: {e}") from None
         click.echo(f"wrote {annotate_out} ({n} finding{'s' if n != 1 else ''} on the 'timeline findings' track)",

@@ -9,6 +9,8 @@ import click
 
 from ..errors import UserError
 from ..rawlog import RawLogError
+from ..safe_output import open_for_reading
+from ..target import invoking_user
 from .output import check_writable, human_bytes, infer_format
 
 
@@ -22,8 +24,9 @@ class NoRoom(UserError):
         super().__init__(msg, EXIT_NO_TRACE)
 
 
-def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False):
-    """Convert with a progress bar on a terminal; warn about damage."""
+def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False):
+    """Convert with a progress bar on a terminal; warn about damage.
+    user: the invoking user in sudo mode, who creates and owns `out`."""
     from ..converters import convert
 
     progress = None
@@ -36,20 +39,24 @@ def run_conversion(raw: str, out: str, fmt: str, owner=None, quiet: bool = False
         task = bar.add_task("convert", total=os.path.getsize(raw))
         bar.start()
         progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
+    src, raw_fd = raw, -1
     try:
-        res = convert(raw, out, fmt=fmt, progress=progress)
-    except RawLogError as e:
-        raise UserError(str(e)) from None
+        if user is not None:  # sudo: read the raw log as the user, never through a planted symlink
+            raw_fd = open_for_reading(raw, user)
+            src = f"/proc/self/fd/{raw_fd}"
+        res = convert(src, out, fmt=fmt, progress=progress, user=user)
+    except (RawLogError, ValueError) as e:
+        raise UserError(str(e).replace(src, raw)) from None
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise
-        raise NoRoom(f"no room to write {out} ({e.strerror}); nothing was left at that name and {raw} is "
-                     f"kept: free some space and run `timeline convert {raw} -o {out}`") from None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise NoRoom(f"no room to write {out} ({e.strerror}); nothing was left at that name and {raw} is "
+                         f"kept: free some space and run `timeline convert {raw} -o {out}`") from None
+        raise UserError(f"cannot read {raw}: {e.strerror}") from None
     finally:
+        if raw_fd >= 0:
+            os.close(raw_fd)
         if bar is not None:
             bar.stop()
-    if owner is not None:
-        os.chown(out, *owner)
     if res.damage is not None:
         click.echo(f"timeline: warning: {raw} is damaged at byte {res.damage.offset} ({res.damage.reason}); "
                    f"converted the {res.events} events before it", err=True)
@@ -83,7 +90,8 @@ def convert_cmd(raw, output, fmt, quiet):
     if output is None:
         base = raw[:-6] if raw.endswith(".tlraw") else raw
         output = base + (".json" if fmt == "chrome" else ".pftrace")
-    check_writable(output)
-    res = run_conversion(raw, output, fmt, quiet=quiet)
+    user = invoking_user()
+    check_writable(output, user)
+    res = run_conversion(raw, output, fmt, user=user, quiet=quiet)
     if not quiet:
         click.echo(f"wrote {output} ({human_bytes(res.out_bytes)}, {res.events} events)", err=True)

@@ -1,9 +1,9 @@
 """Output-path helpers shared by `record` and `convert`."""
 from __future__ import annotations
 
-import os
 
 from ..errors import UserError
+from ..safe_output import check_target
 
 SUFFIXES = {"perfetto": ".pftrace", "chrome": ".json"}
 
@@ -21,17 +21,12 @@ def raw_path_for(output: str) -> str:
     return output + ".tlraw"
 
 
-def check_writable(path: str) -> None:
-    """Fail before any work if `path` cannot be created or replaced."""
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise UserError(f"cannot write {path}: directory {d} does not exist")
-    if os.path.isdir(path):
-        raise UserError(f"cannot write {path}: it is a directory")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise UserError(f"cannot write {path}: permission denied")
-    if not os.access(d, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write {path}: directory {d} is not writable")
+def check_writable(path: str, user=None) -> None:
+    """Fail before any work if `path` cannot be created or replaced (by `user`,
+    the invoking user in sudo mode): see safe_output.check_target."""
+    if not path:
+        raise UserError("the output name is empty")
+    check_target(path, user)
 
 
 def human_bytes(n: float) -> str:

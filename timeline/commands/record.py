@@ -1,7 +1,6 @@
 """`timeline record`: record a command (or a running process) into a trace."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -9,6 +8,7 @@ import click
 
 from ..errors import UserError
 from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
+from ..safe_output import remove
 from ..target import invoking_user
 from ..terminal import printable
 from .convert import EXIT_NO_TRACE, NoRoom, run_conversion
@@ -125,10 +125,9 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
         output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
     fmt = infer_format(output, fmt)
     raw = output if raw_only else raw_path_for(output)
-    check_writable(output)
-    check_writable(raw)
-    run_as = invoking_user()
-    owner = (run_as.uid, run_as.gid) if run_as else None
+    owner = invoking_user()  # in sudo mode outputs are created by, and belong to, this user
+    check_writable(output, owner)
+    check_writable(raw, owner)
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
                        duration=duration, as_root=as_root, buffer_mb=buffer_size,
                        poll_interval=flush_interval, owner=owner)
@@ -154,11 +153,11 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
         say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
     else:
         try:
-            conv = run_conversion(raw, output, fmt, owner=owner, quiet=quiet)
+            conv = run_conversion(raw, output, fmt, user=owner, quiet=quiet)
         except NoRoom as e:
             click.echo(f"timeline: error: {printable(str(e))}", err=True)
             sys.exit(EXIT_NO_TRACE)
         if not keep_raw:
-            os.unlink(raw)
+            remove(raw, owner)
         say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")
     sys.exit(res.exit_code)

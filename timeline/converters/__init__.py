@@ -6,14 +6,15 @@
 Both formats share model.scan (first pass: processes, threads, final names)
 and model.stream (second pass: normalised sched chunks, proc records).  The
 output is written to a 0600 temporary file next to out_path and renamed over
-it at the end, so a failed conversion never leaves a half-written trace.
+it at the end (timeline.safe_output), so a failed conversion never leaves a
+half-written trace.
 """
 from __future__ import annotations
 
 import dataclasses
 import gzip
 import os
-import tempfile
+import sys
 
 from ..rawlog import Damage, RawLogError
 from . import families as _families
@@ -43,8 +44,9 @@ def format_for(out_path: str) -> str:
     return "chrome" if p.endswith((".json", ".json.gz")) else "perfetto"
 
 
-def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None) -> ConvertResult:
+def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None) -> ConvertResult:
     """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
+    user: in sudo mode, the invoking user who creates and owns the output.
 
     fmt: "perfetto" | "chrome"; None picks it from out_path (format_for).
     "chrome" is gzip-compressed when out_path ends with .gz.
@@ -65,7 +67,8 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None)
     m = _model.scan(raw_path, progress, total, families_loader=_families.load)
     norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
     events = 0
-    with _AtomicOutput(out_path) as raw_f:
+    atomic = _AtomicOutput(out_path, user)
+    with atomic as raw_f:
         f = raw_f
         if fmt == "chrome" and out_path.endswith(".gz"):
             f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
@@ -100,21 +103,23 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None)
     if progress:
         progress(total, total)
     return ConvertResult(events=events, damage=m.damage, finalized=m.finalized,
-                         out_bytes=os.stat(out_path).st_size, drops=m.drops,
+                         out_bytes=atomic.size, drops=m.drops,
                          out_path=out_path, synthetic_switches=norm.synthetic,
                          switches=getattr(w, "n_switch", 0), switch_bytes=getattr(w, "switch_bytes", 0))
 
 
 class _AtomicOutput:
-    """A 0600 temp file in out_path's directory, renamed to out_path on success."""
+    """A buffered file object over a safe_output.OutputFile: renamed to
+    path on success, removed on failure."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, user=None):
+        self.path, self.user = path, user
 
     def __enter__(self):
-        d = os.path.dirname(os.path.abspath(self.path))
-        fd, self.tmp = tempfile.mkstemp(prefix=".tl-convert-", dir=d)  # mkstemp: mode 0600
-        self.f = os.fdopen(fd, "wb", buffering=1 << 20)
+        from ..safe_output import OutputFile
+
+        self.out = OutputFile(self.path, self.user)
+        self.f = os.fdopen(os.dup(self.out.fd), "wb", buffering=1 << 20)
         return self.f
 
     def __exit__(self, exc_type, exc, tb):
@@ -122,19 +127,11 @@ class _AtomicOutput:
         # closed cleanly is renamed to the output name (a full disk there
         # must not leave a cut trace behind).
         try:
-            self.f.close()
-            if exc_type is None:
-                os.chmod(self.tmp, 0o600)
-                os.replace(self.tmp, self.path)
-                return False
+            if not self.f.closed:
+                self.f.close()
+            self.size = os.fstat(self.out.fd).st_size  # the written size, whatever the name holds later
         except BaseException:
-            self._discard()
+            self.out.__exit__(*sys.exc_info())
             raise
-        self._discard()
+        self.out.__exit__(exc_type, exc, tb)
         return False
-
-    def _discard(self) -> None:
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass

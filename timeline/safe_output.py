@@ -1,0 +1,215 @@
+"""Creating output files safely next to untrusted code.
+
+`timeline record` runs as root while the program it records runs as the
+invoking user (sudo) and may be hostile.  Every file timeline writes goes
+through `OutputFile`:
+
+- In sudo mode the file-system work (create, lstat, access, rename, unlink)
+  is done by a short-lived forked child that has dropped to the invoking
+  user's uid, gid and groups, so it can only touch what the user could;
+  a created file's descriptor comes back over a socketpair (SCM_RIGHTS).
+  (setfsuid would be per-thread and ignore supplementary groups.)
+- The file is created under a fresh temporary name in the target directory
+  with O_CREAT|O_EXCL|O_NOFOLLOW, written through the descriptor, and
+  fchmod/fchown'd on the descriptor: never chmod/chown by path.
+- `commit` refuses to replace anything but a regular file the user may
+  write (symlink, device, FIFO, directory...), renames the temporary into
+  place, then checks that the name refers to our inode; if it was swapped
+  in between, that is an error, not a silently lost trace.
+
+Without sudo the same steps run in-process (root still never follows a
+symlink nor replaces a device).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import stat
+
+from .errors import UserError
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device"),
+          (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def as_user(user, fn):
+    """fn() run with `user`'s identity (uid, gid, groups attributes; None: as we are).
+    fn returns (value, fd or None); the fd is passed back to us.  OSErrors
+    raised by fn are raised here with their errno."""
+    if user is None:
+        return fn()
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # child: syscalls only, then _exit (never return into the caller's stack)
+        code = 1
+        try:
+            parent.close()
+            os.setgroups(list(user.groups))
+            os.setgid(user.gid)
+            os.setuid(user.uid)
+            try:
+                value, fd = fn()
+                msg = json.dumps(["ok", value]).encode()
+            except OSError as e:
+                fd, msg = None, json.dumps(["err", e.errno, e.strerror, e.filename]).encode()
+            socket.send_fds(child, [msg], [fd] if fd is not None else [])
+            code = 0
+        finally:
+            os._exit(code)
+    child.close()
+    try:
+        msg, fds, _, _ = socket.recv_fds(parent, 1 << 16, 1)
+    finally:
+        parent.close()
+        os.waitpid(pid, 0)
+    if not msg:
+        raise OSError(0, "helper process failed")
+    reply = json.loads(msg)
+    if reply[0] == "err":
+        raise OSError(reply[1], reply[2], reply[3])
+    return reply[1], (fds[0] if fds else None)
+
+
+def _refuse_unless_replaceable(path: str) -> None:
+    """Run as the user: an existing `path` must be a regular file we may write."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(0, f"refusing to replace it: it is {_kind(st.st_mode)}", path)
+    if not os.access(path, os.W_OK, follow_symlinks=False):
+        raise OSError(0, "permission denied", path)
+
+
+def check_target(path: str, user=None) -> None:
+    """Fail early (UserError) when `path` cannot be created or replaced by `user`."""
+    d = os.path.dirname(os.path.abspath(path))
+
+    def probe():
+        try:
+            if not stat.S_ISDIR(os.stat(d).st_mode):
+                raise OSError(0, f"{d} is not a directory", path)
+        except FileNotFoundError:
+            raise OSError(0, f"directory {d} does not exist", path) from None
+        except PermissionError:
+            raise OSError(0, f"permission denied on directory {d}", path) from None
+        _refuse_unless_replaceable(path)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise OSError(0, f"directory {d} is not writable", path)
+        return None, None
+
+    try:
+        as_user(user, probe)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
+def remove(path: str, user=None) -> None:
+    """Unlink `path` as `user` (a missing file is fine)."""
+    def rm():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return None, None
+    as_user(user, rm)
+
+
+def open_for_reading(path: str, user=None) -> int:
+    """A read-only fd on `path` opened as `user` without following a symlink
+    at its last component (root must not be pointed at another file)."""
+    return as_user(user, lambda: (None, os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)))[1]
+
+
+class OutputFile:
+    """A file that will appear at `path`: write through `fd`, then `commit()`.
+
+    `user`: the invoking user in sudo mode (uid, gid, groups), else None.
+    As a context manager: committed on success, discarded on an exception.
+    """
+
+    def __init__(self, path: str, user=None, mode: int = 0o600):
+        self.path, self.user, self.mode = os.fspath(path), user, mode
+        if not self.path:
+            raise UserError("cannot write an output with an empty name")
+        d, base = os.path.split(os.path.abspath(self.path))
+        self.fd, self.tmp = -1, None
+        self.tmp, self.fd = as_user(user, lambda: self._create(d, base))
+        try:
+            os.fchmod(self.fd, mode)
+            if user is not None:
+                os.fchown(self.fd, user.uid, user.gid)
+        except BaseException:
+            self.discard()
+            raise
+
+    @staticmethod
+    def _create(d: str, base: str):
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(100):
+            tmp = os.path.join(d, f".tl-{base[:40]}-{secrets.token_hex(6)}")
+            try:
+                return tmp, os.open(tmp, flags, 0o600)
+            except FileExistsError:
+                continue
+        raise OSError(17, "no free temporary name", d)
+
+    def commit(self) -> None:
+        """Rename into place (refusing to replace a non-regular file) and check
+        that `path` now names our file.  Keeps `fd` open.  Raises UserError."""
+        path, tmp = self.path, self.tmp
+
+        def rename():
+            _refuse_unless_replaceable(path)
+            os.rename(tmp, path)
+            return None, None
+
+        try:
+            as_user(self.user, rename)
+        except OSError as e:
+            self.discard()
+            raise UserError(f"cannot write {path}: {e.strerror}") from None
+        self.tmp = None
+        mine = os.fstat(self.fd)
+        try:
+            now = os.lstat(path)
+            swapped = (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
+        except OSError:
+            swapped = True
+        if swapped:
+            raise UserError(f"{path} was replaced by another file while timeline wrote it; "
+                            "its content is not timeline's output")
+
+    def discard(self) -> None:
+        """Remove the temporary (if not yet committed); keeps `fd` open."""
+        if self.tmp is not None:
+            tmp, self.tmp = self.tmp, None
+            try:
+                remove(tmp, self.user)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.commit()
+            else:
+                self.discard()
+        finally:
+            self.close()
+        return False
