@@ -139,3 +139,13 @@ def test_ctrl_c_stops_a_long_wasm_query(small_trace):
     assert time.monotonic() - t < 3
     assert p.returncode == 130, err
     assert err.decode().strip() == "timeline: interrupted"
+
+
+@pytest.mark.parametrize("args", [("check", "--format", "xml", "x.pftrace"), ("convert",), ("no-such-command",),
+                                  ("query", "--engine", "fast", "x.pftrace", "select 1"),
+                                  ("view", "--port", "99999", "x.pftrace")])
+def test_usage_errors_are_one_line(args):
+    cp = timeline_cmd(*args)
+    assert cp.returncode == 2
+    lines = [ln for ln in cp.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("timeline: error: ") and "--help" in lines[0], cp.stderr

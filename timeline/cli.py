@@ -11,13 +11,18 @@ from .terminal import printable
 
 
 class _Group(click.Group):
-    """Turns UserError (and trace-reading errors) into one line, no traceback."""
+    """Turns UserError (and trace-reading errors) and bad usage into one line,
+    no traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except UserError as e:
             click.echo(f"timeline: error: {printable(e)}", err=True)
+            sys.exit(e.exit_code)
+        except click.UsageError as e:  # click would print usage, a hint and the error: three lines
+            where = e.ctx.command_path if e.ctx is not None else ctx.command_path
+            click.echo(f"timeline: error: {printable(e.format_message())} (see '{where} --help')", err=True)
             sys.exit(e.exit_code)
 
 
