@@ -34,6 +34,21 @@ def test_record_rejects_bad_numbers(tmp_path, args):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("size", ["4096", "3", "0"])
+def test_record_rejects_bad_buffer_size_in_one_line(tmp_path, size):
+    err = one_line_error(timeline_cmd("record", "-o", str(tmp_path / "t.pftrace"), "--buffer-size", size,
+                                      "--", "/bin/true", cwd=REPO))
+    assert "--buffer-size" in err and len(err.strip().splitlines()) == 1, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_record_repeated_family_is_recorded_once(tmp_path):
+    out = tmp_path / "t.pftrace"
+    res = timeline_cmd("record", "-q", "-o", str(out), "-e", "sched,sched", "--", "/bin/true", cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in str(res.stderr) and out.stat().st_size > 0
+
+
 def test_record_and_convert_reject_empty_output(tmp_path):
     err = one_line_error(timeline_cmd("record", "-o", "", "--", "/bin/true", cwd=tmp_path,
                                       env={**os.environ, "PYTHONPATH": REPO}))

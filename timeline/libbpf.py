@@ -22,7 +22,12 @@ MIN_VERSION = (1, 0)
 
 
 class BPFError(Exception):
-    """A libbpf or bpf() failure, with libbpf's own log lines attached."""
+    """A libbpf or bpf() failure; libbpf's own log lines are kept apart in `log`
+    (shown with TIMELINE_DEBUG=1) so the message stays one line."""
+
+    def __init__(self, msg: str, log: str = ""):
+        super().__init__(msg)
+        self.log = log
 
 
 class LibbpfMissing(BPFError):
@@ -130,7 +135,7 @@ def _fail(what: str, err: int | None = None) -> BPFError:
     msg = f"{what}: {os.strerror(err) if err else 'failed'}"
     if err in (_errno.EPERM, _errno.EACCES):
         msg += " (loading eBPF needs root: CAP_BPF and CAP_PERFMON)"
-    return BPFError(msg + (f"\nlibbpf said:\n{tail}" if tail else ""))
+    return BPFError(msg, tail)
 
 
 def num_possible_cpus() -> int:

@@ -11,6 +11,7 @@ import platform
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -95,8 +96,13 @@ def preflight(cfg: RecordConfig) -> None:
         resolve_command(cfg.command, dict(os.environ))
     else:
         raise UserError("nothing to record: give a command after -- or --pid N")
-    if cfg.buffer_mb < 1 or cfg.buffer_mb & (cfg.buffer_mb - 1):
-        raise UserError("--buffer-size must be a power of two number of MiB (1, 2, 4, ...)")
+    if cfg.buffer_mb < 1 or cfg.buffer_mb & (cfg.buffer_mb - 1) or cfg.buffer_mb > MAX_RING_MB:
+        raise UserError(f"--buffer-size must be a power of two number of MiB from 1 to {MAX_RING_MB}")
+
+
+# The kernel caps a BPF ring buffer below 4 GiB (max_entries is a u32); 1 GiB is
+# already more memory than a ring should pin.
+MAX_RING_MB = 1024
 
 
 def _clock_snapshot() -> dict:
@@ -281,7 +287,10 @@ class Recorder:
         except libbpf.BPFError as e:
             writer.close()
             remove(cfg.raw_path, cfg.owner)
-            raise UserError(f"loading the eBPF programs failed: {e}") from None
+            if e.log and os.environ.get("TIMELINE_DEBUG"):
+                sys.stderr.write(f"libbpf said:\n{e.log}\n")
+            hint = "" if e.log and os.environ.get("TIMELINE_DEBUG") else " (TIMELINE_DEBUG=1 shows libbpf's log)"
+            raise UserError(f"loading the eBPF programs failed: {e}{hint}") from None
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)

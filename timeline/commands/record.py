@@ -76,7 +76,7 @@ PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT on 64-bit
 
 
 def _parse_events(value: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))  # `-e sched,sched` is sched
     return names or DEFAULT_EVENTS
 
 
