@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 
 from .bulk_text import KeyIndex, decimal_times
-from .model import OTHER_COMM, OTHER_TID_BASE, CpuSched, LogModel
+from .model import IDLE_TID, OUTSIDE_COMM, OUTSIDE_TID, CpuSched, LogModel
 from .track_events import ChromeTrackSink
 
 DEFAULT_PRIO = 120
@@ -41,6 +41,19 @@ _STATE_BITS = ((0x01, "S"), (0x02, "D"), (0x04, "T"), (0x08, "t"), (0x10, "X"),
 _PREEMPT = 0x100  # TASK_REPORT_MAX: preempted while runnable, printed "R+"
 _NO_LINE = (1 << 31) - 1  # "no next line" in a join key (line ids stay below)
 _SHIFT32, _MASK32, _U32 = 1 << 32, 0xFFFFFFFF, np.uint64(32)
+# The idle task in the text lines.  trace_processor's text parser does not
+# map pid 0 to its idle thread (utid 0) as the protobuf parsers do: it makes
+# a second thread 0 in a second process 0, which the UI shows as a process of
+# its own with coloured "<idle>" slices.  A process-less pseudo thread next to
+# "outside the recording" keeps the thread/process tables clean and groups
+# it at the end; the CPU tracks still show the idle time as "idle" slices.
+JSON_IDLE_TID = OUTSIDE_TID + 1
+JSON_IDLE_COMM = "idle"
+
+
+def json_tids(tids: np.ndarray) -> np.ndarray:
+    """Tids as the text lines show them: the idle task (0) as JSON_IDLE_TID."""
+    return np.where(tids == IDLE_TID, JSON_IDLE_TID, tids)
 
 
 def state_str(v: int) -> str:
@@ -151,13 +164,13 @@ class ChromeJsonWriter:
 
     # -- names
     def _comm(self, tid: int) -> str:
-        name = self.m.thread_name(tid) or "<...>"
+        name = JSON_IDLE_COMM if tid == JSON_IDLE_TID else (self.m.thread_name(tid) or "<...>")
         # the line parser splits lines on newlines and args on spaces and '='
         return _jstr("".join(ch if ch.isprintable() and ch not in " =" else "_" for ch in name))
 
     def _head(self, tid: int) -> str:
         """The line prefix naming the current task: "comm-tid (tgid) "."""
-        tgid = self.m.thread_tgid(tid) if tid < OTHER_TID_BASE else None
+        tgid = self.m.thread_tgid(tid) if tid not in (OUTSIDE_TID, JSON_IDLE_TID) else None
         tg = f"{tgid:5d}" if tgid is not None else "-----"
         return f"{self.comm[tid]:>16}-{tid:<7d} ({tg}) "
 
@@ -209,7 +222,7 @@ class ChromeJsonWriter:
             ns_, nw = c.sw_ts.size, c.wk_ts.size
             if ns_:
                 sl = slice(o, o + ns_)
-                tids_u[sl] = (c.sw_prev.view(np.uint64) << _U32) | c.sw_next.view(np.uint64)
+                tids_u[sl] = (json_tids(c.sw_prev).view(np.uint64) << _U32) | json_tids(c.sw_next).view(np.uint64)
                 # prev_prio: the prio the task was switched in with
                 prios[o] = self._prio.get(c.cpu, DEFAULT_PRIO) * _SHIFT32 + (int(c.sw_prio[0]) & _MASK32)
                 prios[o + 1: o + ns_] = c.sw_prio[:-1] * _SHIFT32 + (c.sw_prio[1:] & _MASK32)
@@ -217,7 +230,7 @@ class ChromeJsonWriter:
                 arg[sl], ts[sl], kc[sl] = c.sw_state, c.sw_ts, c.cpu << 1
             if nw:
                 sl = slice(o + ns_, o + ns_ + nw)
-                tids_u[sl] = (c.wk_waker.view(np.uint64) << _U32) | c.wk_woken.view(np.uint64)
+                tids_u[sl] = (json_tids(c.wk_waker).view(np.uint64) << _U32) | c.wk_woken.view(np.uint64)
                 prios[sl] = c.wk_prio * _SHIFT32
                 arg[sl], ts[sl], kc[sl] = c.wk_cpu, c.wk_ts, (c.cpu << 1) | 1
             if ns_ and nw:
@@ -292,7 +305,8 @@ class ChromeJsonWriter:
                 "drop_causes": (m.end or {}).get("drop_causes"),
                 "exit_code": (m.end or {}).get("exit_code"),
                 "stop_reason": (m.end or {}).get("reason"),
-                "other_thread": f"tid {OTHER_TID_BASE} + cpu, named {OTHER_COMM!r}: idle or an untracked task",
+                "outside_thread": f"tid {OUTSIDE_TID}, named {OUTSIDE_COMM!r}: tasks outside the recorded tree "
+                                  "(tid 0 is the idle task)",
             }
         }
         self._w('",\n"traceEvents":[')

@@ -43,6 +43,13 @@ from .columns import Rows, decimals, hexes, table
 from .protowire import f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
+# Thread and process track descriptors go on a sequence of their own, with no
+# events: trace_processor (v52) lets a sequence's thread descriptor stand for
+# the thread of every event on that sequence, so on SEQ_ID_TRACKS an event
+# older than the thread (a process start-up slice, a disk counter) would
+# create the thread and its process early, and the real fork a second,
+# "ghost" copy of both.
+SEQ_ID_THREADS = 4
 
 
 @dataclass
@@ -237,6 +244,7 @@ class PerfettoTrackSink(TrackSink):
         self._lanes = _Lanes()
         self._seq_tail = f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_NEEDS)
         self._first = True
+        self._first_threads = True  # nothing written on SEQ_ID_THREADS yet
         self._pending = bytearray()  # interned_data entries for the next packet
         self._hex_iids: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # arg key -> (sorted values, iids)
 
@@ -258,10 +266,15 @@ class PerfettoTrackSink(TrackSink):
             out += self._seq_tail
         self._write(bytes(out))
 
-    def _pb_packet(self, pkt: pb.TracePacket) -> None:
-        pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
-        pkt.sequence_flags = _SEQ_CLEARED if self._first else _SEQ_NEEDS
-        self._first = False
+    def _pb_packet(self, pkt: pb.TracePacket, threads: bool = False) -> None:
+        if threads:
+            pkt.trusted_packet_sequence_id = SEQ_ID_THREADS
+            pkt.sequence_flags = _SEQ_CLEARED if self._first_threads else _SEQ_NEEDS
+            self._first_threads = False
+        else:
+            pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
+            pkt.sequence_flags = _SEQ_CLEARED if self._first else _SEQ_NEEDS
+            self._first = False
         self._write(pkt.SerializeToString())
 
     def _intern(self, field: int, s: str) -> int:
@@ -285,7 +298,7 @@ class PerfettoTrackSink(TrackSink):
                 pkt.timestamp = ts
             pkt.track_descriptor.uuid = uuid
             fill(pkt.track_descriptor)
-            self._pb_packet(pkt)
+            self._pb_packet(pkt, threads=key[0] in ("thread", "process"))
         return uuid
 
     def _thread_track(self, tid: int, pid: int | None, ts: int | None = None) -> int:
