@@ -32,7 +32,7 @@ import orjson
 
 from .bulk_text import KeyIndex, decimal_times
 from .model import IDLE_TID, OUTSIDE_COMM, OUTSIDE_TID, CpuSched, LogModel
-from .track_events import ChromeTrackSink
+from .track_events import JSON_SYSTEM_NAME, JSON_SYSTEM_PID, ChromeTrackSink
 
 DEFAULT_PRIO = 120
 # prev_state bits as the kernel prints them (kernel >= 4.14 encoding)
@@ -196,6 +196,9 @@ class ChromeJsonWriter:
             if t.tgid is not None and t.name:
                 evs.append({"ph": "M", "name": "thread_name", "pid": t.tgid, "tid": tid,
                             "args": {"name": t.name}})
+        if self.sink.used_system:
+            evs.append({"ph": "M", "name": "process_name", "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID,
+                        "args": {"name": JSON_SYSTEM_NAME}})
         return evs
 
     def sched(self, chunks: list[CpuSched]) -> None:

@@ -43,6 +43,11 @@ from .columns import Rows, decimals, hexes, table
 from .protowire import f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
+# Chrome JSON ties every event to a pid.  System-wide tracks (devices, the
+# recorder's notes) go to this pseudo process, named by the writer: with pid 0
+# trace_processor's JSON parser makes a second process 0 next to the idle one.
+JSON_SYSTEM_PID = 4194304 + 2  # above PID_MAX_LIMIT, after model.OUTSIDE_TID and the JSON idle thread
+JSON_SYSTEM_NAME = "system-wide (devices, recorder)"
 # Thread and process track descriptors go on a sequence of their own, with no
 # events: trace_processor (v52) lets a sequence's thread descriptor stand for
 # the thread of every event on that sequence, so on SEQ_ID_TRACKS an event
@@ -575,6 +580,7 @@ class ChromeTrackSink(TrackSink):
         self._n = 0
         self._lanes = _Lanes()
         self._async_ids: dict[tuple[str, int], int] = {}
+        self.used_system = False  # an event went to JSON_SYSTEM_PID (the writer names it)
 
     def _emit(self, ev: dict) -> None:
         self._spool.write(orjson.dumps(ev) + b",\n")
@@ -607,7 +613,8 @@ class ChromeTrackSink(TrackSink):
     def async_slice(self, track, ts, dur, name, cat, args=None):
         lane = self._lanes.lane(track, ts, ts + max(dur, 0))
         aid = self._async_ids.setdefault((track, lane), len(self._async_ids) + 1)
-        base = {"cat": cat, "name": name, "id": aid, "pid": 0, "tid": 0}
+        self.used_system = True
+        base = {"cat": cat, "name": name, "id": aid, "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID}
         b = {"ph": "b", "ts": ts / 1000, **base}
         if args:
             b["args"] = {"track": track, **{k: v for k, v in args.items() if v is not None}}
@@ -615,7 +622,8 @@ class ChromeTrackSink(TrackSink):
         self._emit({"ph": "e", "ts": (ts + max(dur, 0)) / 1000, **base})
 
     def counter(self, name, ts, value, pid=None):
-        self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else 0, "name": name,
+        self.used_system |= pid is None
+        self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else JSON_SYSTEM_PID, "name": name,
                     "args": {"value": value}})
 
     # -- bulk
@@ -694,7 +702,8 @@ class ChromeTrackSink(TrackSink):
             return super().counters(name, ts, values, pid)
         r = Rows(n).const(b'{"ph":"C","ts":')
         self._us(r, np.asarray(ts).astype(np.int64, copy=False))
-        r.const(b',"pid":' + str(pid if pid is not None else 0).encode() + b',"name":' + orjson.dumps(name)
+        self.used_system |= pid is None
+        r.const(b',"pid":' + str(pid if pid is not None else JSON_SYSTEM_PID).encode() + b',"name":' + orjson.dumps(name)
                 + b',"args":{"value":').decimal(values).const(b"}},\n")
         self._spool.write(r.build())
         self._n += n
