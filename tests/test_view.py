@@ -368,3 +368,105 @@ def test_ui_opens_trace_offline_in_chromium(viewer, tmp_path):
         browser.close()
     # Whatever the UI tried to fetch from the internet was refused, and it did not matter.
     assert all(not u.startswith(LOCAL) for u in browser.blocked)
+
+
+# ------------------------------------------- what the user sees first (issue 14)
+
+OUTSIDE_GROUP = "outside the recording 4194304"
+TITLES_JS = "JSON.stringify(Array.from(document.querySelectorAll('.pf-track__title'))" \
+            ".map(e => e.innerText.split('\\n').pop()))"
+
+
+def _record(tmp, name: str, *cmd: str, events: tuple = ()) -> tuple[str, int]:
+    """Record cmd into tmp/name.pftrace; returns (trace, pid of the recorded command)."""
+    from helpers import read_raw, timeline_cmd
+
+    raw = os.path.join(tmp, name + ".tlraw")
+    cp = timeline_cmd("record", "--raw-only", *events, "-o", raw, "--", *cmd, timeout=180)
+    assert cp.returncode == 0, cp.stderr
+    trace = os.path.join(tmp, name + ".pftrace")
+    cp = timeline_cmd("convert", raw, "-o", trace)
+    assert cp.returncode == 0, cp.stderr
+    (pid,) = [m["pid"] for m in read_raw(raw)["metas"] if m.get("type") == "launched"]
+    return trace, pid
+
+
+@pytest.fixture(scope="module")
+def first_screen_traces(tmp_path_factory):
+    """The CPU demo (torch, 2 DataLoader workers) and a CUDA program (the
+    stand-in driver/runtime/NCCL libraries of the CUDA tests), recorded now."""
+    from helpers import require_root
+    from standins import build
+
+    require_root()
+    tmp = str(tmp_path_factory.mktemp("first-screen"))
+    demo = _record(tmp, "demo", sys.executable, os.path.join(REPO, "examples", "train_cpu.py"), "--steps", "24")
+    libs = build(tmp)
+    cuda_args = [a for lib in ("libcuda.so.1", "libcudart.so.12", "libnccl.so.2") for a in ("--cuda-lib", libs[lib])]
+    cuda = _record(tmp, "cuda", sys.executable, os.path.join(REPO, "tests", "standins", "cuda_workload.py"),
+                   "standin", tmp, os.path.join(tmp, "cuda.tlraw"), events=("-e", "sched,cuda", *cuda_args))
+    return {"demo": demo, "cuda": cuda}
+
+
+def _groups(tp, pid: int) -> tuple[str, list[str]]:
+    """UI titles ('<process name> <pid>', basename of a path) of the recorded
+    command's process and of its child processes (DataLoader workers)."""
+    def title(name, p):
+        return f"{os.path.basename(name)} {p}"
+    ((name,),) = tp.query(f"select name from process where pid = {pid}").rows
+    kids = tp.query(f"""select c.name, c.pid from process c join process p on c.parent_upid = p.upid
+                        where p.pid = {pid} and c.name is not null order by c.pid""").rows
+    return title(name, pid), [title(n, p) for n, p in kids]
+
+
+@pytest.mark.parametrize("which", ["demo", "cuda"])
+def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_path):
+    """At 1600x1000 the recorded command's process is the first process group,
+    on the first screen, its children (DataLoader workers) right after it and
+    "outside the recording" one group, last; expanded, its main thread is on
+    top.  Screenshots go to $TIMELINE_SCREENSHOT_DIR (docs/img/) if set."""
+    trace, pid = first_screen_traces[which]
+    from helpers import assert_one_row_per_pid_and_tid
+
+    with open_trace(trace) as tp:
+        assert_one_row_per_pid_and_tid(tp)
+        main, children = _groups(tp, pid)
+        ((main_thread,),) = tp.query(f"select name from thread where tid = {pid}").rows
+    if which == "demo":
+        assert len(children) == 2 and all(c.startswith("pt_data_worker ") for c in children), children
+    v = Viewer(trace)
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                     mobile=False)
+        browser.call("Page.navigate", url=v.url)
+        browser.wait_for_text([main], 90)
+        time.sleep(1)
+        titles = json.loads(browser.call("Runtime.evaluate", expression=TITLES_JS,
+                                         returnByValue=True)["result"]["value"])
+        # process and thread groups come after CPU, ftrace and system-wide tracks
+        groups = titles[titles.index(main):]
+        assert groups[0] == main and sorted(groups[1: 1 + len(children)]) == children, titles
+        assert titles.count(OUTSIDE_GROUP) <= 1 and OUTSIDE_GROUP not in groups[:-1], titles
+        # no per-CPU "other" groups, no ghost (unnamed) process or thread groups
+        assert not [t for t in titles if t.startswith(("other ", "Process ", "Thread "))], titles
+        top = browser.call("Runtime.evaluate", returnByValue=True, expression=f"""(() => {{
+            const t = Array.from(document.querySelectorAll('.pf-track__title'))
+                .find(e => e.innerText.split('\\n').pop() === {json.dumps(main)});
+            const r = t.getBoundingClientRect();
+            t.closest('.pf-track__shell').click();  // expand it, as a user would
+            return r.bottom; }})()""")["result"]["value"]
+        assert top < 1000 - 100, top  # on the first screen, with room for its tracks
+        time.sleep(1.5)
+        titles = json.loads(browser.call("Runtime.evaluate", expression=TITLES_JS,
+                                         returnByValue=True)["result"]["value"])
+        i = titles.index(main)
+        assert titles[i + 1] == f"{main_thread} {pid}", titles  # the main thread on top
+        shot = str(tmp_path / f"first-screen-{which}.png")
+        browser.screenshot(shot)
+        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+        assert os.path.getsize(shot) > 10_000
+    finally:
+        browser.close()
+        v.stop()

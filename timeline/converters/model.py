@@ -166,6 +166,12 @@ class LogModel:
         t = self.threads.get(tid)
         return (t.name if t and t.name else "")
 
+    def lifetime(self, kind: str, ident: int) -> tuple[int | None, int | None]:
+        """(fork, exit) time of the "process" or "thread" with this pid/tid,
+        None where unknown (it predates the log, or outlives it)."""
+        x = (self.processes if kind == "process" else self.threads).get(ident)
+        return (x.start_ts, x.end_ts) if x else (None, None)
+
     def thread_tgid(self, tid: int) -> int | None:
         t = self.threads.get(tid)
         return t.tgid if t else None

@@ -75,8 +75,8 @@ class PerfettoWriter:
         self.n_switch = 0
         self._early_leaders: dict[int, str] = {}  # tgid -> comm, freed at group death
         # Families (CUDA, I/O, counters...) write TrackEvents through this.
-        self.sink = PerfettoTrackSink(self._raw_packet,
-                                      model.thread_tgid, write_framed=self._framed)
+        self.sink = PerfettoTrackSink(self._raw_packet, model.thread_tgid, write_framed=self._framed,
+                                      lifetime=model.lifetime)
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:

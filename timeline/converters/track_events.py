@@ -236,8 +236,17 @@ class PerfettoTrackSink(TrackSink):
     messages.
     """
 
-    def __init__(self, write_raw, thread_tgid=None, write_framed=None):
+    def __init__(self, write_raw, thread_tgid=None, write_framed=None, lifetime=None):
         self._write = write_raw  # callable(serialized TracePacket bytes)
+        # lifetime("process" | "thread", id) -> (fork time, exit time), None
+        # where unknown.  trace_processor binds a thread/process track to the
+        # thread/process alive when it first meets the track (its descriptor
+        # or an event on it) and creates one when none is: a second, "ghost"
+        # copy of a process that starts later or has ended.  So descriptors
+        # are timestamped inside the lifetime, and process counter samples
+        # older than the process (a rate bucket that began before the fork)
+        # are moved to just after the fork.
+        self._lifetime = lifetime or (lambda kind, ident: (None, None))
         # callable(bytes of whole Trace.packet fields) for the bulk calls; without it they go row by row
         self._write_framed = write_framed
         self._tgid = thread_tgid or (lambda tid: None)
@@ -312,10 +321,11 @@ class PerfettoTrackSink(TrackSink):
         def fill(d):
             d.thread.tid = tid
             d.thread.pid = pid if pid is not None else tid
-        return self._track(("thread", tid), fill, ts)
+        return self._track(("thread", tid), fill, self._within("thread", tid, ts))
 
     def _process_track(self, pid: int, ts: int | None = None) -> int:
-        return self._track(("process", pid), lambda d: setattr(d.process, "pid", pid), ts)
+        return self._track(("process", pid), lambda d: setattr(d.process, "pid", pid),
+                           self._within("process", pid, ts))
 
     # -- events
     def _args(self, args: dict) -> bytes:
@@ -391,13 +401,33 @@ class PerfettoTrackSink(TrackSink):
             uuid = self._track(("lane", track, lane), fill, None)
         self._span(uuid, ts, dur, name, cat, args)
 
+    def _after_start(self, pid: int | None, ts):
+        """ts, or for a process counter no earlier than 1 ns after its fork."""
+        start = self._lifetime("process", pid)[0] if pid is not None else None
+        if start is None:
+            return ts
+        return np.maximum(ts, start + 1) if isinstance(ts, np.ndarray) else max(ts, start + 1)
+
+    def _within(self, kind: str, ident: int, ts: int | None) -> int | None:
+        """A descriptor timestamp inside the lifetime of thread/process ident."""
+        if ts is None:
+            return None
+        start, end = self._lifetime(kind, ident)
+        if end is not None:
+            ts = min(ts, end)
+        if start is not None:
+            ts = max(ts, start + 1)
+        return ts
+
     def counter(self, name, ts, value, pid=None):
+        ts = self._after_start(pid, ts)
+
         def fill(d):
             d.name = name
             d.counter.SetInParent()
             if pid is not None:
                 d.parent_uuid = self._process_track(pid, ts)
-        uuid = self._track(("counter", name, pid), fill, ts)
+        uuid = self._track(("counter", name, pid), fill, ts if pid is None else self._within("process", pid, ts))
         body = f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid)
         if isinstance(value, int):
             body += f_varint(_TE_COUNTER, value)
@@ -551,14 +581,15 @@ class PerfettoTrackSink(TrackSink):
         values = np.asarray(values)
         if self._write_framed is None or values.dtype.kind not in "iuf":
             return super().counters(name, ts, values, pid)
-        ts = np.asarray(ts).astype(np.int64, copy=False)
+        ts = self._after_start(pid, np.asarray(ts).astype(np.int64, copy=False))
 
         def fill(d):
             d.name = name
             d.counter.SetInParent()
             if pid is not None:
                 d.parent_uuid = self._process_track(pid, int(ts[0]))
-        uuid = self._track(("counter", name, pid), fill, int(ts[0]))
+        uuid = self._track(("counter", name, pid), fill,
+                           int(ts[0]) if pid is None else self._within("process", pid, int(ts[0])))
         body = Rows(n).const(f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid))
         if values.dtype.kind == "f":
             body.const(key(_TE_DCOUNTER, 1)).piece(values.astype("<f8").view(np.uint8).reshape(n, 8),
