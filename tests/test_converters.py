@@ -147,6 +147,11 @@ def test_chrome_metadata(converted):
     assert m[("thread_name", 1001)] == {"name": "loader0"}
     assert m[("process_name", 1100)] == {"name": "nvidia-smi"}
     assert m[("process_labels", 1000)] == {"labels": "python3 train.py --epochs 2"}
+    # order for viewers that read Chrome's sort indexes: the recorded command, then its child
+    assert m[("process_sort_index", 1000)] == {"sort_index": 0}
+    assert m[("process_sort_index", 1100)] == {"sort_index": 1}
+    assert m[("thread_sort_index", 1000)] == {"sort_index": -1}  # the main thread first
+    assert m[("thread_sort_index", 1001)] == {"sort_index": 1001}
     lines = doc["systemTraceEvents"].splitlines()
     assert sum("sched_switch:" in ln for ln in lines) == len(SCHED)
     assert sum("sched_waking:" in ln for ln in lines) == 5  # the untracked woken one is dropped

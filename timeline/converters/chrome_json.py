@@ -132,6 +132,22 @@ def _abandon(q: queue.Queue) -> None:
                 pass
 
 
+def process_order(m: LogModel) -> list[int]:
+    """Recorded pids depth first from the roots of the tree (processes whose
+    parent was not recorded), each level by fork time then pid."""
+    kids: dict[int | None, list] = {}
+    for pid, p in m.processes.items():
+        parent = p.ppid if p.ppid in m.processes and p.ppid != pid else None
+        kids.setdefault(parent, []).append((p.start_ts if p.start_ts is not None else -1, pid))
+    out: list[int] = []
+    stack = sorted(kids.get(None, []), reverse=True)
+    while stack:
+        _, pid = stack.pop()
+        out.append(pid)
+        stack.extend(sorted(kids.get(pid, []), reverse=True))
+    return out
+
+
 class ChromeJsonWriter:
     def __init__(self, f, model: LogModel):
         self.f = f
@@ -185,6 +201,18 @@ class ChromeJsonWriter:
     def _metadata_events(self) -> list[dict]:
         m = self.m
         evs = []
+        # Viewers that read Chrome's sort indexes (chrome://tracing, catapult;
+        # not Perfetto's, see README) list the recorded tree depth first from
+        # its roots: the recorded command, then its children (DataLoader
+        # workers, torchrun's ranks...) right after it; a process' main thread
+        # first; the pseudo process of system-wide tracks last.
+        for rank, pid in enumerate(process_order(m)):
+            evs.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
+                        "args": {"sort_index": rank}})
+        for tid, t in sorted(m.threads.items()):
+            if t.tgid is not None:
+                evs.append({"ph": "M", "name": "thread_sort_index", "pid": t.tgid, "tid": tid,
+                            "args": {"sort_index": -1 if tid == t.tgid else tid}})
         for pid, p in sorted(m.processes.items()):
             name = p.name or (p.cmdline[0] if p.cmdline else None)
             if name:
@@ -199,6 +227,8 @@ class ChromeJsonWriter:
         if self.sink.used_system:
             evs.append({"ph": "M", "name": "process_name", "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID,
                         "args": {"name": JSON_SYSTEM_NAME}})
+            evs.append({"ph": "M", "name": "process_sort_index", "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID,
+                        "args": {"sort_index": len(m.processes) + 1}})
         return evs
 
     def sched(self, chunks: list[CpuSched]) -> None:
