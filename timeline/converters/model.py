@@ -19,7 +19,9 @@ Sched normalisation (the same for both outputs):
   idle until that record or the next recorded switch, and "outside the
   recording" only where an untracked task really held it.  Between a switch
   to an untracked task and the next recorded switch the CPU may also have
-  idled: that time stays "outside" (one record per recorded switch at most);
+  idled: that time stays "outside" (one record per recorded switch at most).
+  Logs recorded before TL_SF_LEFT_IDLE existed lack those records: there an
+  outside task that ran after an idle period shows as idle;
 - per CPU, each switch's prev must be the previous switch's next (trace
   processor infers prev from that chain in compact sched).  Where the chain
   breaks (a record lost, a task that stopped being tracked at exit) a
