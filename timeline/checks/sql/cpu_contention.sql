@@ -95,8 +95,10 @@ select
          || 'and preemptions', thread, tid, 100.0 * runnable / max(1, runnable + running), runnable / 1e9,
          long_waits, ${min_wait_us}, running / 1e9, coalesce(p50, 0) / 1e6, coalesce(p99, 0) / 1e6, waits)
     || coalesce('; the CPUs were meanwhile taken by ' || (select who from _tl_cc_who), '')
-    || coalesce(printf(' (steady state from +%.2f s: after start-up, to the last CUDA call)',
-                       ((select ts from tl_steady) - trace_start()) / 1e9), '') as finding,
+    -- (printf gives '0.00' for NULL, never NULL: test for the steady state itself)
+    || iif(exists(select 1 from tl_steady),
+           printf(' (steady state from +%.2f s: after start-up, to the last CUDA call)',
+                  ((select ts from tl_steady) - trace_start()) / 1e9), '') as finding,
   span_ts as ts, span as dur, null as hint,
   round(1.0 * runnable / max(1, runnable + running), 4) as runnable_fraction,
   round(coalesce(p50, 0) / 1e6, 3) as latency_p50_ms,
