@@ -458,12 +458,14 @@ def _groups(tp, pid: int) -> tuple[str, list[str]]:
 @pytest.mark.parametrize("which", ["demo", "cuda", "16 CPUs"])
 def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_path):
     """At 1600x1000 the recorded command's process is the first process group,
-    on the first screen, its children (DataLoader workers) right after it and
-    "outside the recording" one group, last; expanded, its main thread is on
-    top.  Screenshots go to $TIMELINE_SCREENSHOT_DIR (docs/img/) if set."""
-    trace, pid = first_screen_traces[which]
+    expanded with its main thread on top, and its tracks (the group's and the
+    main thread's) are pinned above the CPUs; its children (DataLoader
+    workers) come right after it and "outside the recording" is one group,
+    last; no ghost groups.  Screenshots go to $TIMELINE_SCREENSHOT_DIR
+    (docs/img/) if set."""
     from helpers import assert_one_row_per_pid_and_tid
 
+    trace, pid = first_screen_traces[which]
     with open_trace(trace) as tp:
         assert_one_row_per_pid_and_tid(tp)
         main, children = _groups(tp, pid)
@@ -473,33 +475,34 @@ def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_pat
     if which == "demo":
         assert all(c.startswith("pt_data_worker ") for c in children), children
     v = Viewer(trace)
+    assert "startupCommands=" in v.url  # the viewer read the command's pid from the trace's last packet
     browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+
+    def titles(selector: str) -> list:
+        return json.loads(browser.call("Runtime.evaluate", returnByValue=True, expression=f"""
+            JSON.stringify(Array.from(document.querySelectorAll({json.dumps(selector)}))
+                .map(e => [e.innerText.split('\\n').pop(), Math.round(e.getBoundingClientRect().bottom)]))
+            """)["result"]["value"])
     try:
         browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
                      mobile=False)
         browser.call("Page.navigate", url=v.url)
-        browser.wait_for_text([main], 90)
-        time.sleep(1)
-        titles = json.loads(browser.call("Runtime.evaluate", expression=TITLES_JS,
-                                         returnByValue=True)["result"]["value"])
-        # process and thread groups come after CPU, ftrace and system-wide tracks
-        groups = titles[titles.index(main):]
-        assert groups[0] == main and sorted(groups[1: 1 + len(children)]) == children, titles
-        assert titles.count(OUTSIDE_GROUP) <= 1 and OUTSIDE_GROUP not in groups[:-1], titles
-        # no per-CPU "other" groups, no ghost (unnamed) process or thread groups
-        assert not [t for t in titles if t.startswith(("other ", "Process ", "Thread "))], titles
-        top = browser.call("Runtime.evaluate", returnByValue=True, expression=f"""(() => {{
-            const t = Array.from(document.querySelectorAll('.pf-track__title'))
-                .find(e => e.innerText.split('\\n').pop() === {json.dumps(main)});
-            const r = t.getBoundingClientRect();
-            t.closest('.pf-track__shell').click();  // expand it, as a user would
-            return r.bottom; }})()""")["result"]["value"]
-        assert top < 1000 - 100, top  # on the first screen, with room for its tracks
+        browser.wait_for_text([main, "CPU 0"], 90)
         time.sleep(1.5)
-        titles = json.loads(browser.call("Runtime.evaluate", expression=TITLES_JS,
-                                         returnByValue=True)["result"]["value"])
-        i = titles.index(main)
-        assert titles[i + 1] == f"{main_thread} {pid}", titles  # the main thread on top
+        # top-level groups: CPU, ftrace and system-wide groups, then the processes, then process-less threads
+        groups = [t for t, _ in titles(".pf-track__header--summary .pf-track__title")]
+        rest = groups[groups.index(main):]
+        assert rest[0] == main and sorted(rest[1: 1 + len(children)]) == children, groups
+        assert groups.count(OUTSIDE_GROUP) <= 1 and OUTSIDE_GROUP not in rest[:-1], groups
+        # no per-CPU "other" groups, no ghost (unnamed) process or thread groups
+        assert not [t for t in groups if t.startswith(("other ", "Process ", "Thread "))], groups
+        # pinned on top, on the first screen: the process' own tracks and its main thread's
+        pinned = titles(".pf-viewer-page__pinned-track-tree .pf-track__title")
+        assert pinned and all(t.endswith(f" {pid}") for t, _ in pinned), pinned
+        assert f"{main_thread} {pid}" in [t for t, _ in pinned] and max(b for _, b in pinned) < 500, pinned
+        # the group itself is expanded, the main thread first
+        tree = [t for t, _ in titles(".pf-viewer-page__scrolling-track-tree .pf-track__title")]
+        assert tree[tree.index(main) + 1] == f"{main_thread} {pid}", tree
         shot = str(tmp_path / f"first-screen-{which.replace(' ', '-')}.png")
         browser.screenshot(shot)
         if os.environ.get("TIMELINE_SCREENSHOT_DIR"):

@@ -117,6 +117,15 @@ class LogModel:
     end: dict | None = None
     damage: Damage | None = None
     finalized: bool = False
+    launched_pid: int | None = None  # launch mode: the recorded command's process
+
+    @property
+    def command_pid(self) -> int | None:
+        """The recorded command's process: the one launched, or the --pid attached to."""
+        if self.launched_pid is not None:
+            return self.launched_pid
+        pid = self.header.get("target_pid")
+        return int(pid) if isinstance(pid, int) and pid in self.processes else None
 
     @property
     def drops(self) -> dict:
@@ -341,6 +350,8 @@ def _apply_proc(m: LogModel, ts: int, r) -> None:
     comm = ev.cstr(r["comm"])
     if kind == ev.PROC_FORK:
         child, ctgid = int(r["child_tid"]), int(r["child_tgid"])
+        if flags & ev.PF_LAUNCHED and m.launched_pid is None:
+            m.launched_pid = ctgid
         if not flags & ev.PF_LAUNCHED:  # the recorder itself is not tracked
             parent = _thread(m, tid, tgid)
             if parent.name is None:

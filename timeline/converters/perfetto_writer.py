@@ -317,7 +317,8 @@ class PerfettoWriter:
                 self._clock_snapshot(ce)
         # Last packet: a trace that lacks it was cut short (timeline check and
         # query say so); the counts let a reader verify what it loaded.
-        self._metadata({"timeline_switches": self.n_switch,
+        hints = {} if m.command_pid is None else {"timeline_command_pid": m.command_pid}  # for `timeline view`
+        self._metadata({**hints, "timeline_switches": self.n_switch,
                         "timeline_recording_finalized": int(m.end is not None),
                         "timeline_dropped": int(sum(m.drops.values())),
                         "timeline_trace_complete": 1})
