@@ -100,7 +100,7 @@ def test_serves_ui_and_trace_on_loopback_only(viewer):
     assert viewer.url.startswith(LOCAL) and "#!/?url=" + viewer.base in viewer.url
     status, ctype, body = _get(viewer.base, viewer.prefix + "index.html")
     assert status == 200 and ctype.startswith("text/html") and b"Perfetto UI" in body
-    trace_path = viewer.url.split("#!/?url=", 1)[1][len(viewer.origin):]
+    trace_path = viewer.url.split("#!/?url=", 1)[1].split("&", 1)[0][len(viewer.origin):]  # (then startupCommands)
     status, _, body = _get(viewer.base, trace_path)
     assert status == 200 and body == open(SAMPLE, "rb").read()
     wasm = [n for n in os.listdir(_ui_version_dir()) if n.endswith(".wasm")][0]
@@ -536,4 +536,5 @@ def test_command_pid_read_from_the_last_packet_only(tmp_path):
     (tmp_path / "noise.pftrace").write_bytes(bytes(range(256)) * 40 + b"\x0a\x05\x2a\x03\x12\x01\x0a")
     for name in ("cut.pftrace", "noise.pftrace", "s.json"):
         assert pid_of(tmp_path / name) is None, name
-    assert pid_of(SAMPLE) is None  # written before the key existed
+    assert pid_of(os.path.join(REPO, "sample_traces", "train_gpu.pftrace")) is None  # from before the key
+    assert pid_of(SAMPLE) is not None
