@@ -18,7 +18,7 @@ select p.pid, p.name as process, t.tid, t.name as thread,
   sum(case when ts.state = 'S' then ts.dur else 0 end) / 1e6 as sleeping_ms,
   sum(case when ts.state like 'D%' then ts.dur else 0 end) / 1e6 as disk_wait_ms
 from thread_state ts join thread t using (utid) left join process p using (upid)
-where t.tid != 0 and t.name != 'other'
+where t.upid is not null and t.tid != 0  -- not idle, not the "outside the recording" pseudo thread
 group by t.utid order by p.pid, running_ms desc
 """
 

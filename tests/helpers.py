@@ -66,3 +66,18 @@ def udir():
     os.chown(d, NOBODY, NOBODY)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+def assert_one_row_per_pid_and_tid(tp) -> None:
+    """No ghost rows: every pid is one process and every tid one thread in
+    trace_processor, except a pid/tid really reused within the recording (its
+    copies then follow each other in time: each later one starts after the
+    one before ended)."""
+    for table, key in (("process", "pid"), ("thread", "tid")):
+        dup = tp.query(f"select {key} from {table} group by {key} having count(*) > 1").rows
+        for (ident,) in dup:
+            copies = tp.query(f"""select start_ts, end_ts from {table} where {key} = {ident}
+                                  order by start_ts""").rows
+            ok = all(s is not None and e is not None and e <= s2
+                     for (s, e), (s2, _) in zip(copies, copies[1:]))
+            assert ok, f"{table} {key} {ident} appears {len(copies)} times: {copies}"

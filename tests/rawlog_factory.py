@@ -47,8 +47,13 @@ class LogBuilder:
         self._proc: list[dict] = []
 
     # -- sched
-    def switch(self, ts, cpu, prev, nxt, prev_state=0, prio=120, prev_tracked=True, next_tracked=True):
+    def switch(self, ts, cpu, prev, nxt, prev_state=0, prio=120, prev_tracked=True, next_tracked=True,
+               left_idle=False):
+        """left_idle: the recorder's one record of an idle CPU starting an untracked task."""
         flags = (ev.SF_PREV_TRACKED if prev_tracked else 0) | (ev.SF_NEXT_TRACKED if next_tracked else 0)
+        if left_idle:
+            assert prev == 0 and not prev_tracked and not next_tracked
+            flags = ev.SF_LEFT_IDLE
         self._sched.append((ts, prev, nxt, prev_state, prio, cpu, ev.SCHED_SWITCH, flags))
         return self
 
@@ -164,11 +169,11 @@ def many_switches(path, n: int, ncpu: int = 4, block: int = 65536, threads: int 
             a["cpu"] = idx % ncpu
             a["ts"] = BOOT0 + 1000 + idx * 2000 + rng.integers(0, 900, k)
             a["kind"] = ev.SCHED_SWITCH
-            # per cpu: alternate tracked thread -> other -> tracked thread ...
+            # per cpu: alternate tracked thread -> idle -> tracked thread ...
             step = idx // ncpu
             t = tids[((step + 1) // 2 + idx % ncpu) % threads]  # keeps each CPU's chain intact
             running_other = step % 2 == 1
-            a["tid"] = np.where(running_other, 7, t)
+            a["tid"] = np.where(running_other, 0, t)
             a["target_tid"] = np.where(running_other, t, 0)
             a["flags"] = np.where(running_other, ev.SF_NEXT_TRACKED, ev.SF_PREV_TRACKED)
             a["arg"] = np.where(running_other, 0, 1)
@@ -197,7 +202,8 @@ def scenario(path, end: bool = True) -> str:
     recorder 999) with threads 1001 (renamed pt_data, then loader0) and 1002
     (pt_autograd, exits at T(400)); child process 1100 forked at T(200), exec
     /usr/bin/nvidia-smi -L, exits at T(300).  Switches on both CPUs with
-    untracked tasks and idle, wakings (one of an untracked task), END block
+    untracked tasks and idle (CPU 0 leaves idle for untracked task 88 at T(450),
+    a TL_SF_LEFT_IDLE record), wakings (one of an untracked task), END block
     with drops sched [3, 0], proc [0, 1] unless end=False (recorder killed).
     """
     b = LogBuilder(ncpu=2)
@@ -236,7 +242,8 @@ def scenario(path, end: bool = True) -> str:
     b.switch(T(390), 0, 1000, 1002, prev_state=1)
     b.exit(T(400), 0, 1002, 1000, "pt_autograd")
     b.switch(T(405), 0, 1002, 0, prev_state=0x10, next_tracked=False)
-    b.switch(T(500), 0, 0, 1000, prev_tracked=False)
+    b.switch(T(450), 0, 0, 88, next_tracked=False, prev_tracked=False, left_idle=True)
+    b.switch(T(500), 0, 88, 1000, prev_tracked=False)
     b.switch(T(600), 0, 1000, 0, prev_state=1, next_tracked=False)
     b.switch(T(700), 1, 1001, 0, prev_state=2, next_tracked=False)
     return b.write(path, end_block(drops_sched=[3, 0], drops_proc=[0, 1], stop_ts=T(1000)) if end else None)

@@ -15,7 +15,9 @@ from helpers import require_root, timeline_cmd  # noqa: E402
 from rawlog_factory import LogBuilder, end_block, many_switches, scenario  # noqa: E402
 
 from timeline.converters import chrome_json, convert  # noqa: E402
-from timeline.converters.model import OTHER_TID_BASE  # noqa: E402
+from timeline.converters.model import OUTSIDE_TID  # noqa: E402
+
+IDLE = OUTSIDE_TID + 1  # the idle task's pseudo thread in the text lines
 
 
 class ReferenceWriter(chrome_json.ChromeJsonWriter):
@@ -32,7 +34,7 @@ class ReferenceWriter(chrome_json.ChromeJsonWriter):
             lines = []
             prev_prio = self._ref_prio.get(c.cpu, 120)
             for i in range(c.sw_ts.size):
-                p, x = int(c.sw_prev[i]), int(c.sw_next[i])
+                p, x = (IDLE if t == 0 else t for t in (int(c.sw_prev[i]), int(c.sw_next[i])))
                 pr = int(c.sw_prio[i])
                 lines.append(self._line(p, c.cpu, ".....", int(c.sw_ts[i]), "sched_switch",
                                         f"prev_comm={self._name(p)} prev_pid={p} prev_prio={prev_prio} "
@@ -41,8 +43,8 @@ class ReferenceWriter(chrome_json.ChromeJsonWriter):
                 prev_prio = pr
             self._ref_prio[c.cpu] = prev_prio
             for i in range(c.wk_ts.size):
-                k = int(c.wk_woken[i])
-                lines.append(self._line(int(c.wk_waker[i]), c.cpu, "d..3.", int(c.wk_ts[i]), "sched_waking",
+                k, w = int(c.wk_woken[i]), int(c.wk_waker[i])
+                lines.append(self._line(IDLE if w == 0 else w, c.cpu, "d..3.", int(c.wk_ts[i]), "sched_waking",
                                         f"comm={self._name(k)} pid={k} prio={int(c.wk_prio[i])} "
                                         f"target_cpu={int(c.wk_cpu[i]):03d}"))
             # time order per CPU; a switch before a waking at the same ns
@@ -51,12 +53,12 @@ class ReferenceWriter(chrome_json.ChromeJsonWriter):
                 self._wb((lines[i] + "\\n").encode())
 
     def _name(self, tid: int) -> str:
-        name = self.m.thread_name(tid) or "<...>"
+        name = "idle" if tid == IDLE else self.m.thread_name(tid) or "<...>"
         clean = "".join(ch if ch.isprintable() and ch not in " =" else "_" for ch in name)
         return chrome_json._jstr(clean)
 
     def _line(self, tid, cpu, flags, ts, event, args) -> str:
-        tgid = self.m.thread_tgid(tid) if tid < OTHER_TID_BASE else None
+        tgid = self.m.thread_tgid(tid) if tid < OUTSIDE_TID else None
         tg = "-----" if tgid is None else f"{tgid:5d}"
         sec, ns = divmod(ts, 1_000_000_000)
         return f"{self._name(tid):>16}-{tid:<7d} ({tg}) [{cpu:03d}] {flags} {sec}.{ns:09d}5: {event}: {args}"
@@ -111,7 +113,7 @@ def edge_log(path, wide_cpus: bool = True) -> str:
         for step in range(60):
             ts = t0 + step * 997
             for c in rng.choice(cpus, 3, replace=False).tolist():
-                nxt = int(rng.choice(tids + [5555555, 0]))  # untracked ones become "other"
+                nxt = int(rng.choice(tids + [5555555, 0]))  # untracked ones become idle (0) or "outside"
                 prev = running[c] if rng.random() < 0.9 and running[c] is not None else int(rng.choice(tids))
                 b.switch(ts, c, prev, nxt, prev_state=int(rng.choice(states)), prio=int(rng.choice(prios)),
                          prev_tracked=prev in tids, next_tracked=nxt in tids)
@@ -160,7 +162,7 @@ def test_same_bytes_as_reference(tmp_path, log):
         text = b"\n".join(lines).decode()
         for want in ("[1023]", "target_cpu=1500", "target_cpu=005", "prev_prio=-1", "R+", "S|D",
                      " 0.0000010005:", " 9.", " 10.", " 99999.", " 100000.", "(-----)", "(123456)",
-                     "-1234567 ", "a_b_c", "tab_here", "\U0001f525hot", "\\\\", "\u65e5", "other", '\\"'):
+                     "-1234567 ", "a_b_c", "tab_here", "\U0001f525hot", "\\\\", "\u65e5", "outside_the_recording", '\\"'):
             assert want in text, want
     assert new == ref
 
@@ -179,11 +181,13 @@ def test_same_bytes_real_recording(recorded_raw, tmp_path):
 
 # ------------------------------------------------------------------ same tables as the protobuf
 
-SCHED_SQL = """select s.cpu, s.ts, s.dur, t.tid, s.end_state, s.priority
-               from sched s join thread t using (utid) order by s.cpu, s.ts, t.tid"""
-STATE_SQL = """select s.ts, s.dur, s.state, t.tid, s.cpu, w.tid
+# the idle task is tid 0 in the protobuf, a pseudo thread in the text lines
+_TID = f"iif(t.tid = {IDLE}, 0, t.tid)"
+SCHED_SQL = f"""select s.cpu, s.ts, s.dur, {_TID}, s.end_state, s.priority
+               from sched s join thread t using (utid) order by s.cpu, s.ts, 4"""
+STATE_SQL = f"""select s.ts, s.dur, s.state, t.tid, s.cpu, iif(w.tid = {IDLE}, 0, w.tid)
                from thread_state s join thread t using (utid) left join thread w on w.utid = s.waker_utid
-               order by t.tid, s.ts"""
+               where t.tid not in (0, {IDLE}) order by t.tid, s.ts"""  # idle: the text parser gives it states
 
 
 def _tables(path):
@@ -231,7 +235,7 @@ def test_same_tables_as_perfetto(tmp_path, log, request):
     def since_first_run(rows):
         return [r for r in rows if r[3] in first_run and r[0] >= first_run[r[3]]]
     js_state, pf_state = since_first_run(js_state), since_first_run(pf_state)
-    assert len(js_state) > len(js_sched)
+    assert len(js_state) > len([r for r in js_sched if r[3] != 0])  # idle (tid 0) has no states here
     assert js_state == pf_state
 
 

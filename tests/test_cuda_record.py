@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from timeline.trace_processor import open_trace
-from helpers import REPO, read_raw, require_root, timeline_cmd
+from helpers import REPO, assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
 from standins import build
 
 WORKLOAD = os.path.join(REPO, "tests", "standins", "cuda_workload.py")
@@ -80,6 +80,11 @@ def full(tmp_path_factory):
 
 
 FMTS = pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+
+
+@FMTS
+def test_no_ghost_processes_or_threads(full, fmt):
+    assert_one_row_per_pid_and_tid(full["tp"][fmt])
 
 
 @FMTS

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from timeline.trace_processor import open_trace
-from helpers import REPO, require_root, timeline_cmd
+from helpers import REPO, assert_one_row_per_pid_and_tid, require_root, timeline_cmd
 
 STEPS, BATCH = 8, 8
 SAMPLE_BYTES = 3 * 64 * 64 * 4  # examples/train_dataloader.py SHAPE, float32
@@ -113,6 +113,13 @@ def test_chrome_json_has_the_same_layout(run):
     assert q(tp, "select count(*) from slice where name = 'main training thread'")[0][0] == 1
     assert q(tp, "select count(*) from slice where name like 'DataLoader worker %'")[0][0] == 2
     assert q(tp, "select count(*) from slice where cat = 'block_io' and name = 'read'")[0][0] > 0
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_no_ghost_processes_or_threads(run, fmt):
+    """Workers, their threads and the counters/roles/block tracks bound to them
+    make one process per pid and one thread per tid."""
+    assert_one_row_per_pid_and_tid(run[fmt])
 
 
 def test_roles_from_a_synthetic_log(tmp_path):

@@ -353,6 +353,33 @@ def test_cpu_contention(recorded, engine):
     assert result(recorded["loader_ok"], engine, "cpu_contention").status in ("ok", "warning")
 
 
+@pytest.mark.parametrize("fmt", ["t.pftrace", "t.json"])
+def test_cpu_contention_names_who_held_the_cpu_not_idle(tmp_path, fmt):
+    """The dispatcher (2000) is preempted on CPU 0 by a task outside the
+    recording for 8 of every 10 ms while CPU 1 idles: the CPUs were held by
+    "tasks outside the recording" for 0.40 s in all, and idle CPU time is
+    nobody's (it used to be folded into per-CPU "other" threads: 0.85 s)."""
+    b = LogBuilder(ncpu=2, mode="attach", target_pid=2000)
+    b.procs(BOOT0, [{"pid": 2000, "ppid": 1, "comm": "python", "cmdline": ["python", "train.py"],
+                     "threads": [{"tid": 2000, "comm": "python"}, {"tid": 2001, "comm": "helper"}]}])
+    ms = 1_000_000
+    for k in range(50):
+        t = BOOT0 + ms + k * 10 * ms
+        b.switch(t, 0, 7777, 2000, prev_tracked=False)
+        b.switch(t + 2 * ms, 0, 2000, 7777, prev_state=0, next_tracked=False)  # preempted: runnable
+        b.switch(t, 1, 0, 2001, prev_tracked=False)
+        b.switch(t + ms, 1, 2001, 0, prev_state=1, next_tracked=False)  # sleeps; CPU 1 idles
+    b.switch(BOOT0 + 501 * ms, 0, 7777, 2000, prev_tracked=False)
+    raw = b.write(tmp_path / "c.tlraw", end_block(drops_sched=[0, 0], drops_proc=[0, 0], stop_ts=BOOT0 + 502 * ms))
+    out = str(tmp_path / fmt)
+    convert(raw, out)
+    res = result(out, "wasm", "cpu_contention")
+    f = main_finding(res)
+    assert res.status == "error" and f.evidence["runnable_fraction"] > 0.7, res
+    assert f.message.split("taken by ", 1)[1] == "tasks outside the recording 0.40 s", f.message  # no CUDA:
+    assert "helper" not in f.message and "idle" not in f.message  # no steady-state note either
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_dropped_events(recorded, engine):
     rep = report(recorded["dropped"], engine)

@@ -7,7 +7,11 @@ import textwrap
 import pytest
 
 from timeline.trace_processor import open_trace
-from helpers import REPO, require_root, timeline_cmd
+from helpers import REPO, assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
+from timeline import events as ev
+from timeline.converters.chrome_json import JSON_IDLE_TID
+from timeline.converters import convert
+from timeline.converters.model import OUTSIDE_TID
 
 # Threads that sleep (S), spin against each other on 2 CPUs (Running, R/R+),
 # and write with O_DIRECT|O_SYNC (D); a child process that execs.
@@ -79,6 +83,47 @@ def test_thread_states(recorded, fmt):
     assert "D" in states("diskio")
     spinners = set().union(*(states(n) for n in ("spin-a", "spin-b", "spin-c")))
     assert "Running" in spinners and spinners & {"R", "R+"}, spinners  # 3 spinners, 2 CPUs
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_no_ghost_processes_or_threads(recorded, fmt):
+    _, _, tps = recorded
+    assert_one_row_per_pid_and_tid(tps[fmt])
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_idle_is_idle_and_outside_only_where_a_task_ran(recorded, fmt, tmp_path):
+    """A recorded switch to the idle task starts idle time (utid 0: the UI
+    draws nothing); "outside the recording" starts only where the raw log
+    shows an untracked task taking the CPU: a switch to it, or the recorder's
+    one record of an idle CPU starting it (TL_SF_LEFT_IDLE)."""
+    d, _, _ = recorded
+    raw_path = str(d / "w.tlraw")  # the kept raw log of the last recording: converted again here
+    raw = read_raw(raw_path)["sched"]
+    sw = raw[raw["kind"] == ev.SCHED_SWITCH]
+    f = sw["flags"]
+    to_idle = sw[((f & ev.SF_PREV_TRACKED) != 0) & (sw["target_tid"] == 0)]
+    to_outside = sw[((f & ev.SF_NEXT_TRACKED) == 0) & (sw["target_tid"] != 0)]
+    left_idle = sw[(f & ev.SF_LEFT_IDLE) != 0]
+    assert to_idle.size > 20
+    # at most one extra record per recorded switch to idle, and only after one
+    assert left_idle.size <= to_idle.size and (left_idle["tid"] == 0).all()
+    idle_tid = 0 if fmt == "perfetto" else JSON_IDLE_TID
+    out = str(tmp_path / ("t.pftrace" if fmt == "perfetto" else "t.json"))
+    convert(raw_path, out)
+    tp = open_trace(out)
+    slices = rows(tp, f"""select s.cpu, s.ts, s.dur, t.tid from sched s join thread t using (utid)
+                                where t.tid in ({idle_tid}, {OUTSIDE_TID})""")
+    idle_starts = {(c, ts) for c, ts, _, tid in slices if tid == idle_tid}
+    assert {(int(c), int(t)) for c, t in zip(to_idle["cpu"], to_idle["ts"])} <= idle_starts
+    outside_ok = {(int(c), int(t)) for c, t in zip(to_outside["cpu"], to_outside["ts"])}
+    bad = [(c, ts, dur) for c, ts, dur, tid in slices if tid == OUTSIDE_TID and dur > 0 and (c, ts) not in outside_ok]
+    assert not bad, bad[:5]
+    if fmt == "perfetto":
+        assert rows(tp, "select is_idle from thread where tid = 0") == [(1,)]
+    # the pseudo thread of everything outside the tree: one thread (if anything else ran), in no process
+    assert rows(tp, f"select count(*), min(upid is null) from thread where tid = {OUTSIDE_TID}") in ([(1, 1)], [(0, None)])
+    tp.close()
 
 
 def test_process_tree_parentage(recorded):

@@ -100,7 +100,7 @@ def test_serves_ui_and_trace_on_loopback_only(viewer):
     assert viewer.url.startswith(LOCAL) and "#!/?url=" + viewer.base in viewer.url
     status, ctype, body = _get(viewer.base, viewer.prefix + "index.html")
     assert status == 200 and ctype.startswith("text/html") and b"Perfetto UI" in body
-    trace_path = viewer.url.split("#!/?url=", 1)[1][len(viewer.origin):]
+    trace_path = viewer.url.split("#!/?url=", 1)[1].split("&", 1)[0][len(viewer.origin):]  # (then startupCommands)
     status, _, body = _get(viewer.base, trace_path)
     assert status == 200 and body == open(SAMPLE, "rb").read()
     wasm = [n for n in os.listdir(_ui_version_dir()) if n.endswith(".wasm")][0]
@@ -368,3 +368,173 @@ def test_ui_opens_trace_offline_in_chromium(viewer, tmp_path):
         browser.close()
     # Whatever the UI tried to fetch from the internet was refused, and it did not matter.
     assert all(not u.startswith(LOCAL) for u in browser.blocked)
+
+
+# ------------------------------------------- what the user sees first (issue 14)
+
+OUTSIDE_GROUP = "outside the recording 4194304"
+TITLES_JS = "JSON.stringify(Array.from(document.querySelectorAll('.pf-track__title'))" \
+            ".map(e => e.innerText.split('\\n').pop()))"
+
+
+def _record(tmp, name: str, *cmd: str, events: tuple = ()) -> tuple[str, int]:
+    """Record cmd into tmp/name.pftrace; returns (trace, pid of the recorded command)."""
+    from helpers import read_raw, timeline_cmd
+
+    raw = os.path.join(tmp, name + ".tlraw")
+    cp = timeline_cmd("record", "--raw-only", *events, "-o", raw, "--", *cmd, timeout=180)
+    assert cp.returncode == 0, cp.stderr
+    trace = os.path.join(tmp, name + ".pftrace")
+    cp = timeline_cmd("convert", raw, "-o", trace)
+    assert cp.returncode == 0, cp.stderr
+    (pid,) = [m["pid"] for m in read_raw(raw)["metas"] if m.get("type") == "launched"]
+    return trace, pid
+
+
+@pytest.fixture(scope="module")
+def first_screen_traces(tmp_path_factory):
+    """The CPU demo (torch, 2 DataLoader workers) and a CUDA program (the
+    stand-in driver/runtime/NCCL libraries of the CUDA tests), recorded now."""
+    from helpers import require_root
+    from standins import build
+
+    require_root()
+    tmp = str(tmp_path_factory.mktemp("first-screen"))
+    demo = _record(tmp, "demo", sys.executable, os.path.join(REPO, "examples", "train_cpu.py"), "--steps", "24")
+    libs = build(tmp)
+    cuda_args = [a for lib in ("libcuda.so.1", "libcudart.so.12", "libnccl.so.2") for a in ("--cuda-lib", libs[lib])]
+    cuda = _record(tmp, "cuda", sys.executable, os.path.join(REPO, "tests", "standins", "cuda_workload.py"),
+                   "standin", tmp, os.path.join(tmp, "cuda.tlraw"), events=("-e", "sched,cuda", *cuda_args))
+    return {"demo": demo, "cuda": cuda, "16 CPUs": _sixteen_cpus(tmp)}
+
+
+def _sixteen_cpus(tmp) -> tuple[str, int]:
+    """A made-up log of a GPU host's shape: 16 CPUs, a training process (1000,
+    threads 1001-1002) with two DataLoader workers (1100, 1101) moving from
+    CPU to CPU, idle and tasks outside the recording in between.  Before
+    issue 14 this drew 16 'other' groups."""
+    from rawlog_factory import T, LogBuilder, end_block
+    from timeline.converters import convert
+
+    b = LogBuilder(ncpu=16)
+    b.fork(T(1), 0, 999, 999, 1000, 1000, "timeline", "timeline", launched=True)
+    b.exec(T(2), 0, 1000, "python3", ["python3", "train.py"])
+    for tid in (1001, 1002):
+        b.fork(T(3), 0, 1000, 1000, tid, 1000, "python3", "python3", thread=True)
+    for pid in (1100, 1101):
+        b.fork(T(4), 0, 1000, 1000, pid, pid, "python3", "python3")
+        b.rename(T(5), 0, pid, pid, "python3", "pt_data_worker")
+    tasks = [1000, 1001, 1002, 1100, 1101]
+    for cpu in range(16):
+        for k in range(40):
+            i = (k + cpu) % 16  # in each 100 us slot every task runs on one CPU; 11 CPUs go without
+            if i >= len(tasks):
+                continue
+            t0, task = T(10 + k * 100) + cpu, tasks[i]
+            b.switch(t0, cpu, 0, task, prev_tracked=False)
+            if k % 3:
+                b.switch(t0 + 40_000, cpu, task, 0, prev_state=1, next_tracked=False)  # to idle
+            else:  # something outside the tree takes the CPU (then idles: not recorded)
+                b.switch(t0 + 40_000, cpu, task, 7000 + cpu, prev_state=0, next_tracked=False)
+        b.flush()
+    raw = b.write(os.path.join(tmp, "sixteen.tlraw"),
+                  end_block(drops_sched=[0] * 16, drops_proc=[0] * 16, stop_ts=T(5000)))
+    trace = os.path.join(tmp, "sixteen.pftrace")
+    convert(raw, trace)
+    return trace, 1000
+
+
+def _groups(tp, pid: int) -> tuple[str, list[str]]:
+    """UI titles ('<process name> <pid>', basename of a path) of the recorded
+    command's process and of its child processes (DataLoader workers)."""
+    def title(name, p):
+        return f"{os.path.basename(name)} {p}"
+    ((name,),) = tp.query(f"select name from process where pid = {pid}").rows
+    kids = tp.query(f"""select c.name, c.pid from process c join process p on c.parent_upid = p.upid
+                        where p.pid = {pid} and c.name is not null order by c.pid""").rows
+    return title(name, pid), [title(n, p) for n, p in kids]
+
+
+@pytest.mark.parametrize("which", ["demo", "cuda", "16 CPUs"])
+def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_path):
+    """At 1600x1000 the recorded command's process is the first process group,
+    expanded with its main thread on top, and its tracks (the group's and the
+    main thread's) are pinned above the CPUs; its children (DataLoader
+    workers) come right after it and "outside the recording" is one group,
+    last; no ghost groups.  Screenshots go to $TIMELINE_SCREENSHOT_DIR
+    (docs/img/) if set."""
+    from helpers import assert_one_row_per_pid_and_tid
+
+    trace, pid = first_screen_traces[which]
+    with open_trace(trace) as tp:
+        assert_one_row_per_pid_and_tid(tp)
+        main, children = _groups(tp, pid)
+        ((main_thread,),) = tp.query(f"select name from thread where tid = {pid}").rows
+    if which != "cuda":
+        assert len(children) == 2, children
+    if which == "demo":
+        assert all(c.startswith("pt_data_worker ") for c in children), children
+    v = Viewer(trace)
+    assert "startupCommands=" in v.url  # the viewer read the command's pid from the trace's last packet
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+
+    def titles(selector: str) -> list:
+        return json.loads(browser.call("Runtime.evaluate", returnByValue=True, expression=f"""
+            JSON.stringify(Array.from(document.querySelectorAll({json.dumps(selector)}))
+                .map(e => [e.innerText.split('\\n').pop(), Math.round(e.getBoundingClientRect().bottom)]))
+            """)["result"]["value"])
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                     mobile=False)
+        browser.call("Page.navigate", url=v.url)
+        browser.wait_for_text([main, "CPU 0"], 90)
+        time.sleep(1.5)
+        # top-level groups: CPU, ftrace and system-wide groups, then the processes, then process-less threads
+        groups = [t for t, _ in titles(".pf-track__header--summary .pf-track__title")]
+        rest = groups[groups.index(main):]
+        assert rest[0] == main and sorted(rest[1: 1 + len(children)]) == children, groups
+        assert groups.count(OUTSIDE_GROUP) <= 1 and OUTSIDE_GROUP not in rest[:-1], groups
+        # no per-CPU "other" groups, no ghost (unnamed) process or thread groups
+        assert not [t for t in groups if t.startswith(("other ", "Process ", "Thread "))], groups
+        # pinned on top, on the first screen: the process' own tracks and its main thread's
+        pinned = titles(".pf-viewer-page__pinned-track-tree .pf-track__title")
+        assert pinned and all(t.endswith(f" {pid}") for t, _ in pinned), pinned
+        assert f"{main_thread} {pid}" in [t for t, _ in pinned] and max(b for _, b in pinned) < 500, pinned
+        # the group itself is expanded, the main thread first
+        tree = [t for t, _ in titles(".pf-viewer-page__scrolling-track-tree .pf-track__title")]
+        assert tree[tree.index(main) + 1] == f"{main_thread} {pid}", tree
+        shot = str(tmp_path / f"first-screen-{which.replace(' ', '-')}.png")
+        browser.screenshot(shot)
+        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+        assert os.path.getsize(shot) > 10_000
+    finally:
+        browser.close()
+        v.stop()
+
+
+def test_command_pid_read_from_the_last_packet_only(tmp_path):
+    """The pid the viewer pins comes from a whole timeline trace; anything else
+    (another producer's trace, a cut one, garbage, JSON) gives none."""
+    from rawlog_factory import scenario
+    from timeline.converters import convert
+    from timeline.viewer import command_pid
+
+    def pid_of(path) -> int | None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return command_pid(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    raw = scenario(tmp_path / "s.tlraw")
+    convert(raw, str(tmp_path / "s.pftrace"))
+    convert(raw, str(tmp_path / "s.json"))
+    assert pid_of(tmp_path / "s.pftrace") == 1000  # the launched process of the scenario
+    data = (tmp_path / "s.pftrace").read_bytes()
+    (tmp_path / "cut.pftrace").write_bytes(data[:-3])
+    (tmp_path / "noise.pftrace").write_bytes(bytes(range(256)) * 40 + b"\x0a\x05\x2a\x03\x12\x01\x0a")
+    for name in ("cut.pftrace", "noise.pftrace", "s.json"):
+        assert pid_of(tmp_path / name) is None, name
+    assert pid_of(os.path.join(REPO, "sample_traces", "train_gpu.pftrace")) is None  # from before the key
+    assert pid_of(SAMPLE) is not None

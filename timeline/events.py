@@ -25,6 +25,7 @@ SCHED_WAKING = 2
 SF_PREV_TRACKED = 1
 SF_NEXT_TRACKED = 2
 SF_WAKEUP_NEW = 4
+SF_LEFT_IDLE = 8  # switch: idle CPU starts an untracked task (see events.h)
 
 # proc ring kinds / flags
 PROC_FORK = 1

@@ -15,6 +15,7 @@ redirects to the deep link instead.
 from __future__ import annotations
 
 import importlib.util
+import json
 import mimetypes
 import os
 import secrets
@@ -151,6 +152,56 @@ def _varint(data: bytes, i: int) -> tuple[Optional[int], int]:
     return None, len(data) + 1  # more than 10 bytes: malformed
 
 
+def _fields(data: bytes):
+    """(field number, wire type, value) of a protobuf message; value is an int
+    (varint) or bytes (length-delimited); stops at anything malformed."""
+    i = 0
+    while i < len(data):
+        tag, i = _varint(data, i)
+        if tag is None:
+            return
+        wire = tag & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 2:
+            n, i = _varint(data, i)
+            if n is None or i + n > len(data):
+                return
+            value, i = data[i:i + n], i + n
+        elif wire in (1, 5):
+            value, i = None, i + (8 if wire == 1 else 4)
+        else:
+            return
+        if value is None and wire == 0:
+            return
+        yield tag >> 3, wire, value
+
+
+def command_pid(fd: int, size: int) -> Optional[int]:
+    """The recorded command's pid that timeline's Perfetto writer puts in a
+    trace's last packet (metadata `timeline_command_pid`), or None: another
+    producer's trace, Chrome JSON, or a trace cut short.  Only the last 4 KiB
+    are read: the packet that ends exactly at the end of the file."""
+    tail = os.pread(fd, min(size, 4096), max(0, size - 4096))
+    for start in range(len(tail) - 2, -1, -1):
+        if tail[start] != 0x0A:  # Trace.packet, length-delimited
+            continue
+        n, body = _varint(tail, start + 1)
+        if n is None or body + n != len(tail):
+            continue
+        for field, wire, bundle in _fields(tail[body:]):
+            if field != 5 or wire != 2:  # TracePacket.chrome_events
+                continue
+            for f2, w2, meta in _fields(bundle):
+                if f2 != 2 or w2 != 2:  # ChromeEventBundle.metadata
+                    continue
+                entry = {f: v for f, _, v in _fields(meta)}  # ChromeMetadata: name 1, int_value 4
+                if entry.get(1) == b"timeline_command_pid" and isinstance(entry.get(4), int) \
+                        and 0 < entry[4] < 1 << 22:
+                    return entry[4]
+    return None  # (a 0x0a byte inside the last packet may look like a packet start: every one is tried)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "ViewerServer"
     protocol_version = "HTTP/1.1"
@@ -233,6 +284,7 @@ class ViewerServer(ThreadingHTTPServer):
         try:
             self.trace_size = os.fstat(self.trace_fd).st_size  # fixed at start, like the file
             self.trace_name = "trace/" + os.path.basename(trace_path)
+            self.command_pid = command_pid(self.trace_fd, self.trace_size)
             self.root = os.path.realpath(root or ui_root())
             self.ui_files = _ui_files(self.root)
             self.verbose = verbose
@@ -301,8 +353,18 @@ class ViewerServer(ThreadingHTTPServer):
 
     @property
     def url_path(self) -> str:
-        """The UI with the trace opened (Perfetto deep link), as a path."""
-        return f"/{self.token}/index.html#!/?url={urllib.parse.quote(self.trace_url, safe=':/')}"
+        """The UI with the trace opened (Perfetto deep link), as a path; for a
+        timeline trace that names its recorded command, the UI also expands
+        that process and pins its tracks (the group and its main thread, all
+        titled '<name> <pid>') on top: v52 orders process groups by CPU time,
+        so a busy DataLoader worker or another rank could come first."""
+        url = f"/{self.token}/index.html#!/?url={urllib.parse.quote(self.trace_url, safe=':/')}"
+        if self.command_pid is not None:
+            regex = f"^[^ ].* {self.command_pid}$"
+            cmds = [{"id": cmd, "args": [regex]} for cmd in ("dev.perfetto.ExpandTracksByRegex",
+                                                            "dev.perfetto.PinTracksByRegex")]
+            url += "&startupCommands=" + urllib.parse.quote(json.dumps(cmds, separators=(",", ":")), safe="")
+        return url
 
     @property
     def url(self) -> str:

@@ -33,6 +33,9 @@
 #define TL_SF_PREV_TRACKED 1  /* switch: prev task is in the tracked tree */
 #define TL_SF_NEXT_TRACKED 2  /* switch: next task is in the tracked tree */
 #define TL_SF_WAKEUP_NEW   4  /* waking: from sched_wakeup_new (fresh task) */
+#define TL_SF_LEFT_IDLE    8  /* switch: neither task tracked; the CPU leaves idle
+                                 (prev is the idle task) for an untracked task,
+                                 after a recorded switch had left it idle */
 
 struct tl_sched_event {
 	__u64 ts;          /* bpf_ktime_get_boot_ns() */

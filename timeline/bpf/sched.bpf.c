@@ -13,6 +13,18 @@ struct {
 	__uint(max_entries, 16 << 20);
 } sched_ring SEC(".maps");
 
+/* Per CPU: 1 while a recorded switch has left the CPU idle and no switch
+ * since has been recorded there.  The first untracked task the CPU then
+ * runs is recorded once (TL_SF_LEFT_IDLE), so the converter can tell idle
+ * time (drawn empty) from time something outside the tree held the CPU,
+ * at the cost of at most one record per recorded switch to idle. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} idle_watch SEC(".maps");
+
 static __always_inline int emit(__u8 kind, __u8 flags, __u32 tid, __u32 target,
 				__s64 arg, __s32 prio)
 {
@@ -42,13 +54,25 @@ int tl_switch(struct trace_event_raw_sched_switch *ctx)
 	__s64 state = ctx->prev_state;
 	__s32 prio = ctx->next_prio;
 	__u8 flags = 0;
+	__u32 zero = 0, *watch;
 
 	if (tl_is_tracked(prev))
 		flags |= TL_SF_PREV_TRACKED;
 	if (tl_is_tracked(next))
 		flags |= TL_SF_NEXT_TRACKED;
-	if (!flags)
-		return 0;
+	if (!flags) {
+		/* Only idle -> untracked can end a watch: other switches cost no lookup. */
+		if (prev != 0 || next == 0)
+			return 0;
+		watch = bpf_map_lookup_elem(&idle_watch, &zero);
+		if (!watch || !*watch)
+			return 0;
+		*watch = 0;
+		return emit(TL_SCHED_SWITCH, TL_SF_LEFT_IDLE, prev, next, state, prio);
+	}
+	watch = bpf_map_lookup_elem(&idle_watch, &zero);
+	if (watch)
+		*watch = next == 0;
 	emit(TL_SCHED_SWITCH, flags, prev, next, state, prio);
 	/* An exiting task's final switch reports X or Z: it never runs again. */
 	if ((flags & TL_SF_PREV_TRACKED) && (state & (TL_STATE_EXIT_DEAD | TL_STATE_EXIT_ZOMBIE)))

@@ -31,8 +31,8 @@ import numpy as np
 import orjson
 
 from .bulk_text import KeyIndex, decimal_times
-from .model import OTHER_COMM, OTHER_TID_BASE, CpuSched, LogModel
-from .track_events import ChromeTrackSink
+from .model import IDLE_TID, OUTSIDE_COMM, OUTSIDE_TID, CpuSched, LogModel
+from .track_events import JSON_SYSTEM_NAME, JSON_SYSTEM_PID, ChromeTrackSink
 
 DEFAULT_PRIO = 120
 # prev_state bits as the kernel prints them (kernel >= 4.14 encoding)
@@ -41,6 +41,19 @@ _STATE_BITS = ((0x01, "S"), (0x02, "D"), (0x04, "T"), (0x08, "t"), (0x10, "X"),
 _PREEMPT = 0x100  # TASK_REPORT_MAX: preempted while runnable, printed "R+"
 _NO_LINE = (1 << 31) - 1  # "no next line" in a join key (line ids stay below)
 _SHIFT32, _MASK32, _U32 = 1 << 32, 0xFFFFFFFF, np.uint64(32)
+# The idle task in the text lines.  trace_processor's text parser does not
+# map pid 0 to its idle thread (utid 0) as the protobuf parsers do: it makes
+# a second thread 0 in a second process 0, which the UI shows as a process of
+# its own with coloured "<idle>" slices.  A process-less pseudo thread next to
+# "outside the recording" keeps the thread/process tables clean and groups
+# it at the end; the CPU tracks still show the idle time as "idle" slices.
+JSON_IDLE_TID = OUTSIDE_TID + 1
+JSON_IDLE_COMM = "idle"
+
+
+def json_tids(tids: np.ndarray) -> np.ndarray:
+    """Tids as the text lines show them: the idle task (0) as JSON_IDLE_TID."""
+    return np.where(tids == IDLE_TID, JSON_IDLE_TID, tids)
 
 
 def state_str(v: int) -> str:
@@ -119,6 +132,22 @@ def _abandon(q: queue.Queue) -> None:
                 pass
 
 
+def process_order(m: LogModel) -> list[int]:
+    """Recorded pids depth first from the roots of the tree (processes whose
+    parent was not recorded), each level by fork time then pid."""
+    kids: dict[int | None, list] = {}
+    for pid, p in m.processes.items():
+        parent = p.ppid if p.ppid in m.processes and p.ppid != pid else None
+        kids.setdefault(parent, []).append((p.start_ts if p.start_ts is not None else -1, pid))
+    out: list[int] = []
+    stack = sorted(kids.get(None, []), reverse=True)
+    while stack:
+        _, pid = stack.pop()
+        out.append(pid)
+        stack.extend(sorted(kids.get(pid, []), reverse=True))
+    return out
+
+
 class ChromeJsonWriter:
     def __init__(self, f, model: LogModel):
         self.f = f
@@ -151,13 +180,13 @@ class ChromeJsonWriter:
 
     # -- names
     def _comm(self, tid: int) -> str:
-        name = self.m.thread_name(tid) or "<...>"
+        name = JSON_IDLE_COMM if tid == JSON_IDLE_TID else (self.m.thread_name(tid) or "<...>")
         # the line parser splits lines on newlines and args on spaces and '='
         return _jstr("".join(ch if ch.isprintable() and ch not in " =" else "_" for ch in name))
 
     def _head(self, tid: int) -> str:
         """The line prefix naming the current task: "comm-tid (tgid) "."""
-        tgid = self.m.thread_tgid(tid) if tid < OTHER_TID_BASE else None
+        tgid = self.m.thread_tgid(tid) if tid not in (OUTSIDE_TID, JSON_IDLE_TID) else None
         tg = f"{tgid:5d}" if tgid is not None else "-----"
         return f"{self.comm[tid]:>16}-{tid:<7d} ({tg}) "
 
@@ -172,6 +201,18 @@ class ChromeJsonWriter:
     def _metadata_events(self) -> list[dict]:
         m = self.m
         evs = []
+        # Viewers that read Chrome's sort indexes (chrome://tracing, catapult;
+        # not Perfetto's, see README) list the recorded tree depth first from
+        # its roots: the recorded command, then its children (DataLoader
+        # workers, torchrun's ranks...) right after it; a process' main thread
+        # first; the pseudo process of system-wide tracks last.
+        for rank, pid in enumerate(process_order(m)):
+            evs.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
+                        "args": {"sort_index": rank}})
+        for tid, t in sorted(m.threads.items()):
+            if t.tgid is not None:
+                evs.append({"ph": "M", "name": "thread_sort_index", "pid": t.tgid, "tid": tid,
+                            "args": {"sort_index": -1 if tid == t.tgid else tid}})
         for pid, p in sorted(m.processes.items()):
             name = p.name or (p.cmdline[0] if p.cmdline else None)
             if name:
@@ -183,6 +224,11 @@ class ChromeJsonWriter:
             if t.tgid is not None and t.name:
                 evs.append({"ph": "M", "name": "thread_name", "pid": t.tgid, "tid": tid,
                             "args": {"name": t.name}})
+        if self.sink.used_system:
+            evs.append({"ph": "M", "name": "process_name", "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID,
+                        "args": {"name": JSON_SYSTEM_NAME}})
+            evs.append({"ph": "M", "name": "process_sort_index", "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID,
+                        "args": {"sort_index": len(m.processes) + 1}})
         return evs
 
     def sched(self, chunks: list[CpuSched]) -> None:
@@ -209,7 +255,7 @@ class ChromeJsonWriter:
             ns_, nw = c.sw_ts.size, c.wk_ts.size
             if ns_:
                 sl = slice(o, o + ns_)
-                tids_u[sl] = (c.sw_prev.view(np.uint64) << _U32) | c.sw_next.view(np.uint64)
+                tids_u[sl] = (json_tids(c.sw_prev).view(np.uint64) << _U32) | json_tids(c.sw_next).view(np.uint64)
                 # prev_prio: the prio the task was switched in with
                 prios[o] = self._prio.get(c.cpu, DEFAULT_PRIO) * _SHIFT32 + (int(c.sw_prio[0]) & _MASK32)
                 prios[o + 1: o + ns_] = c.sw_prio[:-1] * _SHIFT32 + (c.sw_prio[1:] & _MASK32)
@@ -217,7 +263,7 @@ class ChromeJsonWriter:
                 arg[sl], ts[sl], kc[sl] = c.sw_state, c.sw_ts, c.cpu << 1
             if nw:
                 sl = slice(o + ns_, o + ns_ + nw)
-                tids_u[sl] = (c.wk_waker.view(np.uint64) << _U32) | c.wk_woken.view(np.uint64)
+                tids_u[sl] = (json_tids(c.wk_waker).view(np.uint64) << _U32) | c.wk_woken.view(np.uint64)
                 prios[sl] = c.wk_prio * _SHIFT32
                 arg[sl], ts[sl], kc[sl] = c.wk_cpu, c.wk_ts, (c.cpu << 1) | 1
             if ns_ and nw:
@@ -292,7 +338,8 @@ class ChromeJsonWriter:
                 "drop_causes": (m.end or {}).get("drop_causes"),
                 "exit_code": (m.end or {}).get("exit_code"),
                 "stop_reason": (m.end or {}).get("reason"),
-                "other_thread": f"tid {OTHER_TID_BASE} + cpu, named {OTHER_COMM!r}: idle or an untracked task",
+                "outside_thread": f"tid {OUTSIDE_TID}, named {OUTSIDE_COMM!r}: tasks outside the recorded tree "
+                                  "(tid 0 is the idle task)",
             }
         }
         self._w('",\n"traceEvents":[')

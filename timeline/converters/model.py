@@ -9,11 +9,19 @@ sched records block by block with the final names already known, so memory
 stays bounded by one block however long the log is.
 
 Sched normalisation (the same for both outputs):
-- an untracked task (idle included) is shown as the pseudo thread "other" of
-  its CPU, tid OTHER_TID_BASE + cpu: above PID_MAX_LIMIT so it never collides
-  with a real tid.  The recorder only sees switches involving tracked tasks, so
-  what runs between two of them is unknown; folding it into one pseudo thread
-  per CPU keeps the CPU timeline gap-free and the switch chain consistent;
+- the idle task stays tid 0 (swapper; trace_processor's utid 0, drawn as an
+  empty CPU).  Any other untracked task is the one pseudo thread "outside the
+  recording", tid OUTSIDE_TID: above PID_MAX_LIMIT so it never collides with a
+  real tid, and in no process, so the Perfetto UI shows it as a single group
+  after every process.  The recorder sees the switches involving tracked
+  tasks, plus (TL_SF_LEFT_IDLE) the first one where a CPU that a recorded
+  switch left idle starts an untracked task; so a CPU is idle from a switch to
+  idle until that record or the next recorded switch, and "outside the
+  recording" only where an untracked task really held it.  Between a switch
+  to an untracked task and the next recorded switch the CPU may also have
+  idled: that time stays "outside" (one record per recorded switch at most).
+  Logs recorded before TL_SF_LEFT_IDLE existed lack those records: there an
+  outside task that ran after an idle period shows as idle;
 - per CPU, each switch's prev must be the previous switch's next (trace
   processor infers prev from that chain in compact sched).  Where the chain
   breaks (a record lost, a task that stopped being tracked at exit) a
@@ -31,8 +39,10 @@ import numpy as np
 from .. import events as ev
 from ..rawlog import KIND_END, KIND_META, KIND_RING, Damage, RawLogReader
 
-OTHER_TID_BASE = 4194304  # PID_MAX_LIMIT on 64-bit: no real tid reaches it
-OTHER_COMM = "other"
+OUTSIDE_TID = 4194304  # PID_MAX_LIMIT on 64-bit: no real tid reaches it
+OUTSIDE_COMM = "outside the recording"
+IDLE_TID = 0
+IDLE_COMM = "swapper"
 # prev_state for synthetic switches (kernel >= 4.14 encoding, which every
 # kernel with BPF ring buffers uses): R for "unknown, still runnable", X dead.
 STATE_RUNNABLE = 0
@@ -107,6 +117,15 @@ class LogModel:
     end: dict | None = None
     damage: Damage | None = None
     finalized: bool = False
+    launched_pid: int | None = None  # launch mode: the recorded command's process
+
+    @property
+    def command_pid(self) -> int | None:
+        """The recorded command's process: the one launched, or the --pid attached to."""
+        if self.launched_pid is not None:
+            return self.launched_pid
+        pid = self.header.get("target_pid")
+        return int(pid) if isinstance(pid, int) and pid in self.processes else None
 
     @property
     def drops(self) -> dict:
@@ -151,10 +170,18 @@ class LogModel:
         return max([n, *(c + 1 for c in self.cpus), len(self.drops_per_cpu())])
 
     def thread_name(self, tid: int) -> str:
-        if tid >= OTHER_TID_BASE:
-            return OTHER_COMM
+        if tid == OUTSIDE_TID:
+            return OUTSIDE_COMM
+        if tid == IDLE_TID:
+            return IDLE_COMM
         t = self.threads.get(tid)
         return (t.name if t and t.name else "")
+
+    def lifetime(self, kind: str, ident: int) -> tuple[int | None, int | None]:
+        """(fork, exit) time of the "process" or "thread" with this pid/tid,
+        None where unknown (it predates the log, or outlives it)."""
+        x = (self.processes if kind == "process" else self.threads).get(ident)
+        return (x.start_ts, x.end_ts) if x else (None, None)
 
     def thread_tgid(self, tid: int) -> int | None:
         t = self.threads.get(tid)
@@ -323,6 +350,8 @@ def _apply_proc(m: LogModel, ts: int, r) -> None:
     comm = ev.cstr(r["comm"])
     if kind == ev.PROC_FORK:
         child, ctgid = int(r["child_tid"]), int(r["child_tgid"])
+        if flags & ev.PF_LAUNCHED and m.launched_pid is None:
+            m.launched_pid = ctgid
         if not flags & ev.PF_LAUNCHED:  # the recorder itself is not tracked
             parent = _thread(m, tid, tgid)
             if parent.name is None:
@@ -370,7 +399,7 @@ class CpuSched:
     """One CPU's share of a sched block, normalised, in time order."""
     cpu: int
     sw_ts: np.ndarray      # int64
-    sw_prev: np.ndarray    # int64 tid (OTHER_TID_BASE + cpu for untracked)
+    sw_prev: np.ndarray    # int64 tid (IDLE_TID for idle, OUTSIDE_TID for other untracked)
     sw_next: np.ndarray
     sw_state: np.ndarray   # int64 prev_state, ftrace encoding
     sw_prio: np.ndarray    # int64 next prio
@@ -386,6 +415,13 @@ def _insert_switches(cols: tuple, at, values: tuple) -> list:
     """Synthetic switches inserted before positions `at` of the columns
     (prev, next, ts, state, prio)."""
     return [np.insert(c, at, v) for c, v in zip(cols, values)]
+
+
+def _shown(tids: np.ndarray, tracked) -> np.ndarray:
+    """The tid a switch/waking shows: the task itself if tracked, else idle
+    (tid 0 stays 0) or the one "outside the recording" pseudo thread."""
+    tids = tids.astype(np.int64)
+    return np.where(tracked != 0, tids, np.where(tids == IDLE_TID, IDLE_TID, OUTSIDE_TID))
 
 
 class SchedNormalizer:
@@ -424,10 +460,10 @@ class SchedNormalizer:
         kind = r["kind"]
         sw = r[kind == ev.SCHED_SWITCH]
         wk = r[kind == ev.SCHED_WAKING]
-        other = OTHER_TID_BASE + cpu
+        other = OUTSIDE_TID
         f = sw["flags"]
-        prev = np.where(f & ev.SF_PREV_TRACKED, sw["tid"].astype(np.int64), other)
-        nxt = np.where(f & ev.SF_NEXT_TRACKED, sw["target_tid"].astype(np.int64), other)
+        prev = _shown(sw["tid"], f & ev.SF_PREV_TRACKED)
+        nxt = _shown(sw["target_tid"], f & ev.SF_NEXT_TRACKED)
         sts = sw["ts"].astype(np.int64)
         state = sw["arg"].astype(np.int64)
         prio = sw["prio"].astype(np.int64)
@@ -467,7 +503,7 @@ class SchedNormalizer:
             self.dropped_wakings += int((~keep).sum())
             wk, woken = wk[keep], woken[keep]
         waker = wk["tid"].astype(np.int64)
-        waker = np.where(np.isin(waker, self.model.tracked_tids), waker, other)
+        waker = _shown(waker, np.isin(waker, self.model.tracked_tids))
         return CpuSched(cpu, sts, prev, nxt, state, prio,
                         wk["ts"].astype(np.int64), waker, woken,
                         wk["arg"].astype(np.int64), wk["prio"].astype(np.int64),

@@ -75,8 +75,8 @@ class PerfettoWriter:
         self.n_switch = 0
         self._early_leaders: dict[int, str] = {}  # tgid -> comm, freed at group death
         # Families (CUDA, I/O, counters...) write TrackEvents through this.
-        self.sink = PerfettoTrackSink(self._raw_packet,
-                                      model.thread_tgid, write_framed=self._framed)
+        self.sink = PerfettoTrackSink(self._raw_packet, model.thread_tgid, write_framed=self._framed,
+                                      lifetime=model.lifetime)
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:
@@ -317,7 +317,8 @@ class PerfettoWriter:
                 self._clock_snapshot(ce)
         # Last packet: a trace that lacks it was cut short (timeline check and
         # query say so); the counts let a reader verify what it loaded.
-        self._metadata({"timeline_switches": self.n_switch,
+        hints = {} if m.command_pid is None else {"timeline_command_pid": m.command_pid}  # for `timeline view`
+        self._metadata({**hints, "timeline_switches": self.n_switch,
                         "timeline_recording_finalized": int(m.end is not None),
                         "timeline_dropped": int(sum(m.drops.values())),
                         "timeline_trace_complete": 1})

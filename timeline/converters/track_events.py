@@ -43,6 +43,18 @@ from .columns import Rows, decimals, hexes, table
 from .protowire import f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
+# Chrome JSON ties every event to a pid.  System-wide tracks (devices, the
+# recorder's notes) go to this pseudo process, named by the writer: with pid 0
+# trace_processor's JSON parser makes a second process 0 next to the idle one.
+JSON_SYSTEM_PID = 4194304 + 2  # above PID_MAX_LIMIT, after model.OUTSIDE_TID and the JSON idle thread
+JSON_SYSTEM_NAME = "system-wide (devices, recorder)"
+# Thread and process track descriptors go on a sequence of their own, with no
+# events: trace_processor (v52) lets a sequence's thread descriptor stand for
+# the thread of every event on that sequence, so on SEQ_ID_TRACKS an event
+# older than the thread (a process start-up slice, a disk counter) would
+# create the thread and its process early, and the real fork a second,
+# "ghost" copy of both.
+SEQ_ID_THREADS = 4
 
 
 @dataclass
@@ -224,8 +236,17 @@ class PerfettoTrackSink(TrackSink):
     messages.
     """
 
-    def __init__(self, write_raw, thread_tgid=None, write_framed=None):
+    def __init__(self, write_raw, thread_tgid=None, write_framed=None, lifetime=None):
         self._write = write_raw  # callable(serialized TracePacket bytes)
+        # lifetime("process" | "thread", id) -> (fork time, exit time), None
+        # where unknown.  trace_processor binds a thread/process track to the
+        # thread/process alive when it first meets the track (its descriptor
+        # or an event on it) and creates one when none is: a second, "ghost"
+        # copy of a process that starts later or has ended.  So descriptors
+        # are timestamped inside the lifetime, and process counter samples
+        # older than the process (a rate bucket that began before the fork)
+        # are moved to just after the fork.
+        self._lifetime = lifetime or (lambda kind, ident: (None, None))
         # callable(bytes of whole Trace.packet fields) for the bulk calls; without it they go row by row
         self._write_framed = write_framed
         self._tgid = thread_tgid or (lambda tid: None)
@@ -237,6 +258,7 @@ class PerfettoTrackSink(TrackSink):
         self._lanes = _Lanes()
         self._seq_tail = f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_NEEDS)
         self._first = True
+        self._first_threads = True  # nothing written on SEQ_ID_THREADS yet
         self._pending = bytearray()  # interned_data entries for the next packet
         self._hex_iids: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # arg key -> (sorted values, iids)
 
@@ -258,10 +280,15 @@ class PerfettoTrackSink(TrackSink):
             out += self._seq_tail
         self._write(bytes(out))
 
-    def _pb_packet(self, pkt: pb.TracePacket) -> None:
-        pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
-        pkt.sequence_flags = _SEQ_CLEARED if self._first else _SEQ_NEEDS
-        self._first = False
+    def _pb_packet(self, pkt: pb.TracePacket, threads: bool = False) -> None:
+        if threads:
+            pkt.trusted_packet_sequence_id = SEQ_ID_THREADS
+            pkt.sequence_flags = _SEQ_CLEARED if self._first_threads else _SEQ_NEEDS
+            self._first_threads = False
+        else:
+            pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
+            pkt.sequence_flags = _SEQ_CLEARED if self._first else _SEQ_NEEDS
+            self._first = False
         self._write(pkt.SerializeToString())
 
     def _intern(self, field: int, s: str) -> int:
@@ -285,7 +312,7 @@ class PerfettoTrackSink(TrackSink):
                 pkt.timestamp = ts
             pkt.track_descriptor.uuid = uuid
             fill(pkt.track_descriptor)
-            self._pb_packet(pkt)
+            self._pb_packet(pkt, threads=key[0] in ("thread", "process"))
         return uuid
 
     def _thread_track(self, tid: int, pid: int | None, ts: int | None = None) -> int:
@@ -294,10 +321,11 @@ class PerfettoTrackSink(TrackSink):
         def fill(d):
             d.thread.tid = tid
             d.thread.pid = pid if pid is not None else tid
-        return self._track(("thread", tid), fill, ts)
+        return self._track(("thread", tid), fill, self._within("thread", tid, ts))
 
     def _process_track(self, pid: int, ts: int | None = None) -> int:
-        return self._track(("process", pid), lambda d: setattr(d.process, "pid", pid), ts)
+        return self._track(("process", pid), lambda d: setattr(d.process, "pid", pid),
+                           self._within("process", pid, ts))
 
     # -- events
     def _args(self, args: dict) -> bytes:
@@ -373,13 +401,33 @@ class PerfettoTrackSink(TrackSink):
             uuid = self._track(("lane", track, lane), fill, None)
         self._span(uuid, ts, dur, name, cat, args)
 
+    def _after_start(self, pid: int | None, ts):
+        """ts, or for a process counter no earlier than 1 ns after its fork."""
+        start = self._lifetime("process", pid)[0] if pid is not None else None
+        if start is None:
+            return ts
+        return np.maximum(ts, start + 1) if isinstance(ts, np.ndarray) else max(ts, start + 1)
+
+    def _within(self, kind: str, ident: int, ts: int | None) -> int | None:
+        """A descriptor timestamp inside the lifetime of thread/process ident."""
+        if ts is None:
+            return None
+        start, end = self._lifetime(kind, ident)
+        if end is not None:
+            ts = min(ts, end)
+        if start is not None:
+            ts = max(ts, start + 1)
+        return ts
+
     def counter(self, name, ts, value, pid=None):
+        ts = self._after_start(pid, ts)
+
         def fill(d):
             d.name = name
             d.counter.SetInParent()
             if pid is not None:
                 d.parent_uuid = self._process_track(pid, ts)
-        uuid = self._track(("counter", name, pid), fill, ts)
+        uuid = self._track(("counter", name, pid), fill, ts if pid is None else self._within("process", pid, ts))
         body = f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid)
         if isinstance(value, int):
             body += f_varint(_TE_COUNTER, value)
@@ -533,14 +581,15 @@ class PerfettoTrackSink(TrackSink):
         values = np.asarray(values)
         if self._write_framed is None or values.dtype.kind not in "iuf":
             return super().counters(name, ts, values, pid)
-        ts = np.asarray(ts).astype(np.int64, copy=False)
+        ts = self._after_start(pid, np.asarray(ts).astype(np.int64, copy=False))
 
         def fill(d):
             d.name = name
             d.counter.SetInParent()
             if pid is not None:
                 d.parent_uuid = self._process_track(pid, int(ts[0]))
-        uuid = self._track(("counter", name, pid), fill, int(ts[0]))
+        uuid = self._track(("counter", name, pid), fill,
+                           int(ts[0]) if pid is None else self._within("process", pid, int(ts[0])))
         body = Rows(n).const(f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid))
         if values.dtype.kind == "f":
             body.const(key(_TE_DCOUNTER, 1)).piece(values.astype("<f8").view(np.uint8).reshape(n, 8),
@@ -562,6 +611,7 @@ class ChromeTrackSink(TrackSink):
         self._n = 0
         self._lanes = _Lanes()
         self._async_ids: dict[tuple[str, int], int] = {}
+        self.used_system = False  # an event went to JSON_SYSTEM_PID (the writer names it)
 
     def _emit(self, ev: dict) -> None:
         self._spool.write(orjson.dumps(ev) + b",\n")
@@ -594,7 +644,8 @@ class ChromeTrackSink(TrackSink):
     def async_slice(self, track, ts, dur, name, cat, args=None):
         lane = self._lanes.lane(track, ts, ts + max(dur, 0))
         aid = self._async_ids.setdefault((track, lane), len(self._async_ids) + 1)
-        base = {"cat": cat, "name": name, "id": aid, "pid": 0, "tid": 0}
+        self.used_system = True
+        base = {"cat": cat, "name": name, "id": aid, "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID}
         b = {"ph": "b", "ts": ts / 1000, **base}
         if args:
             b["args"] = {"track": track, **{k: v for k, v in args.items() if v is not None}}
@@ -602,7 +653,8 @@ class ChromeTrackSink(TrackSink):
         self._emit({"ph": "e", "ts": (ts + max(dur, 0)) / 1000, **base})
 
     def counter(self, name, ts, value, pid=None):
-        self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else 0, "name": name,
+        self.used_system |= pid is None
+        self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else JSON_SYSTEM_PID, "name": name,
                     "args": {"value": value}})
 
     # -- bulk
@@ -681,7 +733,8 @@ class ChromeTrackSink(TrackSink):
             return super().counters(name, ts, values, pid)
         r = Rows(n).const(b'{"ph":"C","ts":')
         self._us(r, np.asarray(ts).astype(np.int64, copy=False))
-        r.const(b',"pid":' + str(pid if pid is not None else 0).encode() + b',"name":' + orjson.dumps(name)
+        self.used_system |= pid is None
+        r.const(b',"pid":' + str(pid if pid is not None else JSON_SYSTEM_PID).encode() + b',"name":' + orjson.dumps(name)
                 + b',"args":{"value":').decimal(values).const(b"}},\n")
         self._spool.write(r.build())
         self._n += n

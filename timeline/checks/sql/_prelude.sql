@@ -1,6 +1,7 @@
 -- Shared by the checks, run once per trace before them.
 
--- Running time per real thread ('other' placeholders and idle have no process).
+-- Running time per real thread (the "outside the recording" pseudo thread and
+-- idle have no process).
 create or replace perfetto table _tl_run as
 select s.utid, t.upid, sum(s.dur) as run_ns
 from sched s join thread t using (utid)

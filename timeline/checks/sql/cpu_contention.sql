@@ -51,7 +51,9 @@ select
   (select ts from _tl_cc_span) as span_ts;
 
 -- Who held the CPUs while the dispatcher waited for one; only worked out when
--- the waiting is worth reporting (it is the most expensive step).
+-- the waiting is worth reporting (it is the most expensive step). Tasks the
+-- recorder did not follow are one pseudo thread in no process ("outside the
+-- recording", tid 4194304); idle CPUs hold nobody.
 create or replace perfetto table _tl_cc_rwho as
 select ts, dur from _tl_cc_st
 where waiting and (select runnable >= ${warn_fraction} * (runnable + running)
@@ -66,6 +68,7 @@ select group_concat(printf('%s %.2f s', who, busy / 1e9), ', ') as who from (
            as who, sum(j.dur) as busy
   from _tl_cc_cj j join thread t using (utid)
   where j.utid != 0 and j.utid != (select utid from tl_main_thread)
+    and t.tid not in (0, 4194305)  -- idle: the idle task, or its pseudo thread in Chrome JSON
   group by 1 having busy >= 1e6 order by busy desc limit 3);
 
 -- Switches per window: the window index is computed, not joined (a range
@@ -92,8 +95,10 @@ select
          || 'and preemptions', thread, tid, 100.0 * runnable / max(1, runnable + running), runnable / 1e9,
          long_waits, ${min_wait_us}, running / 1e9, coalesce(p50, 0) / 1e6, coalesce(p99, 0) / 1e6, waits)
     || coalesce('; the CPUs were meanwhile taken by ' || (select who from _tl_cc_who), '')
-    || coalesce(printf(' (steady state from +%.2f s: after start-up, to the last CUDA call)',
-                       ((select ts from tl_steady) - trace_start()) / 1e9), '') as finding,
+    -- (printf gives '0.00' for NULL, never NULL: test for the steady state itself)
+    || iif(exists(select 1 from tl_steady),
+           printf(' (steady state from +%.2f s: after start-up, to the last CUDA call)',
+                  ((select ts from tl_steady) - trace_start()) / 1e9), '') as finding,
   span_ts as ts, span as dur, null as hint,
   round(1.0 * runnable / max(1, runnable + running), 4) as runnable_fraction,
   round(coalesce(p50, 0) / 1e6, 3) as latency_p50_ms,
