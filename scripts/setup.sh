@@ -1,25 +1,68 @@
 #!/usr/bin/env bash
-# Installs everything timeline needs on Debian/Ubuntu and builds the BPF objects.
-# Idempotent: skips what is already there. Needs root (apt, and later eBPF).
+# Installs everything timeline needs on Debian/Ubuntu into the project's
+# virtual environment .venv and builds the BPF objects. Idempotent: skips what
+# is already there. Needs root (apt, and later eBPF).
+#
+#   PYTHON=/path/to/python3   the interpreter the venv is made from (default: python3 on PATH,
+#                             which under sudo is the distribution's /usr/bin/python3)
+#   VENV=.venv                where the environment goes
+#   TORCH_SPEC='torch==2.13.0'  the PyTorch the example trains with (CPU build is enough);
+#   TORCH_INDEX=URL           e.g. https://download.pytorch.org/whl/cpu for the small CPU-only wheel
+# Any failing step stops setup with its error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+export PIP_ROOT_USER_ACTION=ignore  # root is expected here (sudo make)
+say() { echo "setup: $*"; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+command -v "$PY" >/dev/null || die "no $PY found: install Python >= 3.10 (Debian/Ubuntu: apt-get install python3 python3-venv)"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || die "$("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') is too old: timeline needs Python >= 3.10 (set PYTHON=...)"
 
 need_apt=()
 for pkg in clang llvm libbpf-dev bpftool libbpf1 util-linux chromium chromium-driver; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# Debian/Ubuntu ship `venv` and `ensurepip` apart from python3 (python3-venv, or
+# python3.X-venv for that exact version); a pyenv/conda Python has them.
+if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if apt-cache show "python$pyver-venv" >/dev/null 2>&1; then
+        need_apt+=("python$pyver-venv")
+    else
+        need_apt+=(python3-venv)
+    fi
+fi
 if ((${#need_apt[@]})); then
-    echo "setup: apt-get install ${need_apt[*]}"
+    command -v apt-get >/dev/null || die "missing ${need_apt[*]} and this is not a Debian/Ubuntu system: install them by hand"
+    say "apt-get install ${need_apt[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-echo "setup: pip install timeline and its test extras"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v -e '^WARNING: Running pip as' -e 'is ignored: it is neither' || true
-# The bundled example trains with PyTorch (CPU build is enough).
-"$PY" -c 'import torch' 2>/dev/null || "$PY" -m pip install -q --disable-pip-version-check 'torch==2.13.0' 2>&1 \
-    | grep -v -e '^WARNING: Running pip as' -e 'is ignored: it is neither' || true
+if [[ ! -x "$VENV/bin/python" ]]; then
+    say "creating $VENV with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+    "$PY" -m venv "$VENV"
+fi
+VPY=$VENV/bin/python
+# An install is redone when the package's metadata or this script changed.
+stamp=$VENV/.timeline-installed
+if [[ ! -e $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp || scripts/setup.sh -nt $stamp ]]; then
+    say "pip install -e .[test] into $VENV (also builds the BPF objects)"
+    # pip reads its configuration (index, find-links) from /etc/pip.conf,
+    # /etc/xdg/pip and ~/.config/pip, so a local index is used under sudo too.
+    "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 'setuptools>=70.1'
+    "$VPY" -m pip install -q --disable-pip-version-check -e '.[test]'
+    if ! "$VPY" -c 'import torch' >/dev/null 2>&1; then
+        say "pip install $TORCH_SPEC (for the bundled example)"
+        "$VPY" -m pip install -q --disable-pip-version-check ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} "$TORCH_SPEC"
+    fi
+    touch "$stamp"
+fi
 
-echo "setup: building BPF objects"
-"$PY" -m timeline.bpf.build
+say "building BPF objects"
+"$VPY" -m timeline.bpf.build
+say "ready: $VENV/bin/timeline ($("$VENV/bin/timeline" --version))"
