@@ -37,11 +37,12 @@ def _register():
 
     main.add_command(record.record)
     main.add_command(convert.convert_cmd)
-    from .commands import check, query, view
+    from .commands import check, doctor, query, view
 
     main.add_command(query.query)
     main.add_command(check.check)
     main.add_command(view.view)
+    main.add_command(doctor.doctor)
 
 
 _register()
