@@ -10,6 +10,17 @@ from .errors import UserError
 from .terminal import printable
 
 
+def _version() -> str:
+    """The installed distribution's version; the source tree's when run from a
+    checkout that was never installed (pyproject takes it from __version__)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("timeline")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
 class _Group(click.Group):
     """Turns UserError (and trace-reading errors) and bad usage into one line,
     no traceback."""
@@ -27,7 +38,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="timeline")
+@click.version_option(_version(), prog_name="timeline")
 def main():
     """Record Python ML training with eBPF into one Perfetto timeline."""
 
