@@ -9,7 +9,7 @@ export PYTHON VENV
 VPY := $(VENV)/bin/python
 TIMELINE := $(VENV)/bin/timeline
 
-.PHONY: setup build demo test clean
+.PHONY: setup build demo test doctor clean
 
 setup:
 	bash scripts/setup.sh
@@ -18,6 +18,7 @@ build:
 	$(VPY) -m timeline.bpf.build
 
 demo: setup
+	$(TIMELINE) doctor
 	$(TIMELINE) record -o demo.pftrace -- $(VPY) examples/train_cpu.py
 	$(VPY) examples/show_trace.py demo.pftrace
 	$(TIMELINE) check demo.pftrace
@@ -27,3 +28,6 @@ test: setup
 
 clean:
 	rm -rf timeline/bpf/*.bpf.o timeline/bpf/vmlinux.h demo.pftrace build *.egg-info
+
+doctor: setup
+	$(TIMELINE) doctor

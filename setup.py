@@ -12,10 +12,7 @@ import sys
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
-try:  # setuptools >= 70.1 ships bdist_wheel itself
-    from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # older setuptools: the `wheel` package's
-    from wheel.bdist_wheel import bdist_wheel
+from setuptools.command.bdist_wheel import bdist_wheel  # setuptools >= 70.1
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The project's native build entry points, run as `python -m MODULE`. Whatever

@@ -54,7 +54,7 @@ if [[ ! -e $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp || scripts
     say "pip install -e .[test] into $VENV (also builds the BPF objects)"
     # pip reads its configuration (index, find-links) from /etc/pip.conf,
     # /etc/xdg/pip and ~/.config/pip, so a local index is used under sudo too.
-    "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 'setuptools>=70.1'
+    "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 'setuptools>=77'
     "$VPY" -m pip install -q --disable-pip-version-check -e '.[test]'
     if ! "$VPY" -c 'import torch' >/dev/null 2>&1; then
         say "pip install $TORCH_SPEC (for the bundled example)"
