@@ -94,8 +94,10 @@ def check_tracefs() -> Check:
             return Check("tracefs", True, d, required=True)
     if not os.access("/sys/kernel/tracing", os.R_OK | os.X_OK) and os.geteuid() != 0:
         return Check("tracefs", False, NEEDS_ROOT, "run timeline doctor with sudo", required=True)
-    return Check("tracefs", False, "not mounted at /sys/kernel/tracing",
-                 "mount -t tracefs nodev /sys/kernel/tracing (record tries this itself as root)", required=True)
+    # Not required: record (and the family checks below) mount it as root; an
+    # attach that then fails shows on the family lines.
+    return Check("tracefs", False, "not mounted at /sys/kernel/tracing (record mounts it as root)",
+                 "mount -t tracefs nodev /sys/kernel/tracing")
 
 
 def _probe(L, fn: str, kind: int) -> int:
