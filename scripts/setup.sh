@@ -22,25 +22,47 @@ command -v "$PY" >/dev/null || die "no $PY found: install Python >= 3.10 (Debian
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
     || die "$("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') is too old: timeline needs Python >= 3.10 (set PYTHON=...)"
 
-need_apt=()
-for pkg in clang llvm libbpf-dev bpftool libbpf1 util-linux chromium chromium-driver; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+have() { dpkg -s "$1" >/dev/null 2>&1; }
+candidate() { apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [^(]'; }
+need=()
+for pkg in clang llvm libbpf-dev libbpf1 util-linux; do
+    have "$pkg" || need+=("$pkg")
 done
+# The command, not the package: Ubuntu before 25.04 has a bpftool wrapper in
+# linux-tools-common that only works with linux-tools-$(uname -r).
+bpftool version >/dev/null 2>&1 || need+=(bpftool)
 # Debian/Ubuntu ship `venv` and `ensurepip` apart from python3 (python3-venv, or
 # python3.X-venv for that exact version); a pyenv/conda Python has them.
-if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-    if apt-cache show "python$pyver-venv" >/dev/null 2>&1; then
-        need_apt+=("python$pyver-venv")
-    else
-        need_apt+=(python3-venv)
-    fi
-fi
-if ((${#need_apt[@]})); then
-    command -v apt-get >/dev/null || die "missing ${need_apt[*]} and this is not a Debian/Ubuntu system: install them by hand"
-    say "apt-get install ${need_apt[*]}"
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(VENV)
+browser=()  # only for the viewer's headless-browser test
+for pkg in chromium chromium-driver; do
+    have "$pkg" || browser+=("$pkg")
+done
+if ((${#need[@]} + ${#browser[@]})); then
+    command -v apt-get >/dev/null || die "missing ${need[*]} ${browser[*]} and this is not a Debian/Ubuntu system: install them by hand"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    install=()
+    for pkg in "${need[@]}"; do
+        if [[ $pkg == VENV ]]; then
+            pkg=python$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv
+            candidate "$pkg" || pkg=python3-venv
+        elif [[ $pkg == bpftool ]] && ! candidate bpftool; then
+            install+=(linux-tools-common)
+            pkg=linux-tools-$(uname -r)
+        fi
+        install+=("$pkg")
+    done
+    for pkg in "${browser[@]}"; do
+        if candidate "$pkg"; then
+            install+=("$pkg")
+        else
+            say "$pkg is not packaged here (Ubuntu ships Chromium as a snap): the viewer's browser test will skip"
+        fi
+    done
+    if ((${#install[@]})); then
+        say "apt-get install ${install[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${install[@]}" >/dev/null
+    fi
 fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then
