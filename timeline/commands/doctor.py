@@ -106,15 +106,14 @@ def _probe(L, fn: str, kind: int) -> int:
     return f(kind, None)
 
 
-def check_bpf_features(L, privileged: bool) -> list[Check]:
-    out = []
-    name = "ring buffer"
+def check_ring_buffer(L, privileged: bool) -> Check:
+    """libbpf's probe: creates a small ring buffer map and drops it."""
     if L is None or not privileged:
-        return [Check(name, False, NEEDS_ROOT if L else "no libbpf", "see above", required=True)]
+        return Check("ring buffer", False, NEEDS_ROOT if L else "no libbpf", "see above", required=True)
     r = _probe(L, "libbpf_probe_bpf_map_type", BPF_MAP_TYPE_RINGBUF)
     detail = "supported" if r == 1 else ("not supported by this kernel" if r == 0 else
                                          f"probe failed: {os.strerror(-r)}")
-    return [Check(name, r == 1, detail, "Linux >= 5.8", required=True)]
+    return Check("ring buffer", r == 1, detail, "Linux >= 5.8", required=True)
 
 
 def check_tp_btf(families: list[Check]) -> Check:
@@ -316,7 +315,7 @@ def run_checks(python: str) -> list[Check]:
     lib_check, L = check_libbpf()
     checks.append(lib_check)
     checks.append(check_tracefs())
-    checks += check_bpf_features(L, privileged)
+    checks.append(check_ring_buffer(L, privileged))
     if L is not None:
         families = check_families(privileged)
         checks += [check_tp_btf(families), *families]
@@ -361,7 +360,8 @@ def doctor(python, fmt):
     ok = can_record(checks)
     if fmt == "json":
         click.echo(orjson.dumps({"can_record": ok, "python": python,
-                                 "checks": [dict(asdict(c), status=c.status) for c in checks]},
+                                 "checks": [dict(asdict(c), status=c.status, fix=c.fix if not c.ok else "")
+                                            for c in checks]},
                                 option=orjson.OPT_INDENT_2).decode())
     else:
         from rich.console import Console
