@@ -56,7 +56,7 @@ if ((${#need[@]} + ${#browser[@]})); then
         if candidate "$pkg"; then
             install+=("$pkg")
         else
-            say "$pkg is not packaged here (Ubuntu ships Chromium as a snap): the viewer's browser test will skip"
+            say "$pkg is not packaged here (Ubuntu ships Chromium as a snap): the viewer's browser test will skip (and fail under CI=1)"
         fi
     done
     if ((${#install[@]})); then
