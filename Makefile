@@ -1,24 +1,33 @@
 # Two commands do all set-up:
 #   sudo make demo   record the bundled training example into demo.pftrace
 #   sudo make test   run the test suite (real eBPF, needs root)
+# Both run scripts/setup.sh first, which installs timeline into the project's
+# virtual environment .venv (made with $(PYTHON), default python3 on PATH).
 PYTHON ?= python3
-export PYTHON
+VENV ?= .venv
+export PYTHON VENV
+VPY := $(VENV)/bin/python
+TIMELINE := $(VENV)/bin/timeline
 
-.PHONY: setup build demo test clean
+.PHONY: setup build demo test doctor clean
 
 setup:
 	bash scripts/setup.sh
 
 build:
-	$(PYTHON) -m timeline.bpf.build
+	$(VPY) -m timeline.bpf.build
 
 demo: setup
-	timeline record -o demo.pftrace -- $(PYTHON) examples/train_cpu.py
-	$(PYTHON) examples/show_trace.py demo.pftrace
-	timeline check demo.pftrace
+	$(TIMELINE) doctor
+	$(TIMELINE) record -o demo.pftrace -- $(VPY) examples/train_cpu.py
+	$(VPY) examples/show_trace.py demo.pftrace
+	$(TIMELINE) check demo.pftrace
 
 test: setup
-	$(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 clean:
-	rm -f timeline/bpf/*.bpf.o timeline/bpf/vmlinux.h demo.pftrace
+	rm -rf timeline/bpf/*.bpf.o timeline/bpf/vmlinux.h demo.pftrace build *.egg-info
+
+doctor: setup
+	$(TIMELINE) doctor

@@ -167,7 +167,8 @@ def test_not_root_is_one_clear_line(tmp_path):
                          "--", "true"], capture_output=True, text=True)
     assert cp.returncode == 2
     assert cp.stderr.strip().splitlines() == [
-        "timeline: error: timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo"]
+        "timeline: error: timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo; "
+        "run `timeline doctor`"]
 
 
 def test_target_crash_still_finalizes(tmp_path):

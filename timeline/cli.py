@@ -10,6 +10,17 @@ from .errors import UserError
 from .terminal import printable
 
 
+def _version() -> str:
+    """The installed distribution's version; the source tree's when run from a
+    checkout that was never installed (pyproject takes it from __version__)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("timeline")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
 class _Group(click.Group):
     """Turns UserError (and trace-reading errors) and bad usage into one line,
     no traceback."""
@@ -27,7 +38,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="timeline")
+@click.version_option(_version(), prog_name="timeline")
 def main():
     """Record Python ML training with eBPF into one Perfetto timeline."""
 
@@ -37,11 +48,12 @@ def _register():
 
     main.add_command(record.record)
     main.add_command(convert.convert_cmd)
-    from .commands import check, query, view
+    from .commands import check, doctor, query, view
 
     main.add_command(query.query)
     main.add_command(check.check)
     main.add_command(view.view)
+    main.add_command(doctor.doctor)
 
 
 _register()

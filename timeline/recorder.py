@@ -21,7 +21,7 @@ import psutil
 
 from . import __version__, events, libbpf
 from .bpf_session import FAMILIES, BpfSession
-from .errors import UserError
+from .errors import MachineError, UserError
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
 from .recorder_plugins import RecorderContext
@@ -77,13 +77,13 @@ def preflight(cfg: RecordConfig) -> None:
     """Every check that can fail before anything is loaded or launched."""
     caps = _effective_caps()
     if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
-        raise UserError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
+        raise MachineError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
-        raise UserError("this kernel exposes no BTF (/sys/kernel/btf/vmlinux): timeline needs CONFIG_DEBUG_INFO_BTF=y")
+        raise MachineError("this kernel exposes no BTF (/sys/kernel/btf/vmlinux): timeline needs CONFIG_DEBUG_INFO_BTF=y")
     try:
         libbpf.lib()
     except libbpf.LibbpfMissing as e:
-        raise UserError(str(e)) from None
+        raise MachineError(str(e)) from None
     unknown = [e for e in cfg.events if e not in FAMILIES]
     if unknown:
         raise UserError(f"unknown event family {unknown[0]!r} (known: {', '.join(sorted(FAMILIES))})")
@@ -289,8 +289,7 @@ class Recorder:
             remove(cfg.raw_path, cfg.owner)
             if e.log and os.environ.get("TIMELINE_DEBUG"):
                 sys.stderr.write(f"libbpf said:\n{e.log}\n")
-            hint = "" if e.log and os.environ.get("TIMELINE_DEBUG") else " (TIMELINE_DEBUG=1 shows libbpf's log)"
-            raise UserError(f"loading the eBPF programs failed: {e}{hint}") from None
+            raise MachineError(f"loading the eBPF programs failed: {e}") from None
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)

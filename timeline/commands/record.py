@@ -6,7 +6,8 @@ import time
 
 import click
 
-from ..errors import UserError
+from ..errors import MachineError, UserError
+from ..libbpf import BPFError
 from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
 from ..safe_output import remove
 from ..target import invoking_user
@@ -136,6 +137,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
         res = Recorder(cfg, status=status if status.enabled else None).run()
+    except BPFError as e:  # the kernel refused an attach (load failures come as MachineError already)
+        raise MachineError(f"attaching the eBPF programs failed: {e}") from None
     finally:
         status.clear()
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(printable(msg), err=True))

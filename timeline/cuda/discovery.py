@@ -57,23 +57,28 @@ def _python_of(command: list[str], env_path: str | None) -> str | None:
 
 def site_dirs(python: str) -> list[str]:
     """site-packages of an interpreter's prefix (venv, conda env or base), found
-    from its path alone: running it could be slow or have side effects."""
+    from its path alone: running it could be slow or have side effects.  A
+    venv sees its base interpreter's site-packages only when its pyvenv.cfg
+    says include-system-site-packages = true."""
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    prefixes = [prefix]
+    cfg = os.path.join(prefix, "pyvenv.cfg")
+    if os.path.exists(cfg):
+        settings = {}
+        for line in open(cfg, errors="replace"):
+            k, _, v = line.partition("=")
+            settings[k.strip()] = v.strip()
+        if settings.get("include-system-site-packages", "").lower() == "true":
+            if settings.get("home"):
+                prefixes.append(os.path.dirname(settings["home"]))
+            prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    else:  # a symlink to the interpreter (python3 -> python3.11, a conda shim): its own prefix
+        prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(python))))
     out = []
-    seen = set()
-    for exe in (python, os.path.realpath(python)):
-        prefix = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
-        cfg = os.path.join(prefix, "pyvenv.cfg")
-        prefixes = [prefix]
-        if os.path.exists(cfg):  # a venv: its base interpreter's site-packages may be visible too
-            for line in open(cfg, errors="replace"):
-                k, _, v = line.partition("=")
-                if k.strip() == "home" and v.strip():
-                    prefixes.append(os.path.dirname(v.strip()))
-        for p in prefixes:
-            for d in glob.glob(os.path.join(p, "lib*", "python3*", "site-packages")):
-                if d not in seen:
-                    seen.add(d)
-                    out.append(d)
+    for p in prefixes:
+        for d in sorted(glob.glob(os.path.join(p, "lib*", "python3*", "site-packages"))):
+            if d not in out:
+                out.append(d)
     return out
 
 
