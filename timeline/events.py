@@ -152,6 +152,23 @@ RING_STRUCTS[RING_IOCTL] = ("tl_ioctl_event", IOCTL_EVENT)
 RING_STRUCTS[RING_BLOCK] = ("tl_block_event", BLOCK_EVENT)
 RING_STRUCTS[RING_COUNTERS] = ("tl_counters_event", COUNTERS_EVENT)
 RING_NAMES.update({RING_IOCTL: "ioctl", RING_BLOCK: "block", RING_COUNTERS: "counters"})
+
+# Human names of every (ring, record kind), for the recorder's summary line.
+# One table here, so a family's names do not depend on which modules happen to be imported.
+KIND_NAMES = {
+    (RING_SCHED, SCHED_SWITCH): "sched_switch",
+    (RING_SCHED, SCHED_WAKING): "sched_waking",
+    (RING_PROC, PROC_FORK): "fork",
+    (RING_PROC, PROC_EXEC): "exec",
+    (RING_PROC, PROC_EXIT): "exit",
+    (RING_PROC, PROC_RENAME): "rename",
+    (RING_CUDA, CUDA_CALL): "cuda_call",
+    (RING_CUDA, CUDA_ENTRY): "cuda_entry",
+    (RING_CUDA, CUDA_NAME): "cuda_name",
+    (RING_IOCTL, IOCTL_CALL): "ioctl",
+    (RING_BLOCK, BLOCK_IO): "block_io",
+    (RING_COUNTERS, COUNTERS_EXIT): "thread_totals",
+}
 # ---- end kernel context ----
 
 # Each ring buffer record is preceded by an 8-byte header (u32 len|flags,

@@ -220,14 +220,7 @@ class _Sleeper:
                 os.close(fd)
 
 
-KIND_NAMES = {
-    (events.RING_SCHED, events.SCHED_SWITCH): "sched_switch",
-    (events.RING_SCHED, events.SCHED_WAKING): "sched_waking",
-    (events.RING_PROC, events.PROC_FORK): "fork",
-    (events.RING_PROC, events.PROC_EXEC): "exec",
-    (events.RING_PROC, events.PROC_EXIT): "exit",
-    (events.RING_PROC, events.PROC_RENAME): "rename",
-}
+KIND_NAMES = events.KIND_NAMES
 
 
 class Recorder:

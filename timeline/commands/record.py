@@ -106,7 +106,7 @@ def _parse_events(value: str) -> tuple[str, ...]:
               help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) samples; 0 turns them off.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
-           command, cuda_libs=(), cuda_mode="full", ioctl_mode="gpu", sample_interval=0.2):
+           command, cuda_libs=(), cuda_mode="full", ioctl_mode="gpu", sample_interval=0.5):
     """Record COMMAND (after --) or --pid N into a trace.
 
     \b

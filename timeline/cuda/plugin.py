@@ -28,15 +28,12 @@ import numpy as np
 from .. import events as ev
 from ..errors import UserError
 from ..libbpf import BPFError
-from ..recorder import KIND_NAMES
 from ..recorder_plugins import RecorderContext, RecorderPlugin
 from . import attach
 from . import discovery as dsc
 from .probes import APIS, probes_for, table_meta
 from .symbols import ElfSymbols
 
-KIND_NAMES.update({(ev.RING_CUDA, ev.CUDA_CALL): "cuda_call", (ev.RING_CUDA, ev.CUDA_ENTRY): "cuda_entry",
-                   (ev.RING_CUDA, ev.CUDA_NAME): "cuda_name"})
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
 CHECK_EVERY = 0.5    # s between VmLib checks of a process
 CHECK_ACTIVE = 0.1   # ... while CUDA calls flow (see _scan)

@@ -10,17 +10,11 @@ import struct
 import threading
 
 from .. import events
-from .. import recorder as _recorder
 from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from .devices import map_items, scan_dev
 from .ioctl_names import generic_name
 from .samplers import Nvml, ProcSampler
-
-# Names for the recorder's per-kind summary line ("ioctl 12" instead of "4:1 12").
-_recorder.KIND_NAMES.setdefault((events.RING_IOCTL, events.IOCTL_CALL), "ioctl")
-_recorder.KIND_NAMES.setdefault((events.RING_BLOCK, events.BLOCK_IO), "block_io")
-_recorder.KIND_NAMES.setdefault((events.RING_COUNTERS, events.COUNTERS_EXIT), "thread_totals")
 
 IOCTL_MODES = ("gpu", "all")
 COUNTS_EVERY_S = 1.0
@@ -87,7 +81,7 @@ class CountersPlugin(RecorderPlugin):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.interval = float(getattr(cfg, "sample_interval", 0.2) or 0)
+        self.interval = float(getattr(cfg, "sample_interval", 0.5) or 0)
         self.nvml: Nvml | None = None
         self.procs = ProcSampler()
         self._stop = threading.Event()
