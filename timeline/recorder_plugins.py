@@ -23,7 +23,6 @@ import time
 import numpy as np
 
 from . import events
-from .kctx.devices import map_items
 from .rawlog import RawLogWriter
 
 RECONCILE_S = 2.0  # s between looks at the proc ring's drop count (see reconcile_processes)
@@ -120,7 +119,7 @@ class RecorderContext:
         if lost == self._proc_lost:
             return
         self._proc_lost = lost
-        tracked = {struct.unpack_from("<I", v)[0] for _, v in map_items(self.session.tracked, 4, 8)}
+        tracked = {struct.unpack_from("<I", v)[0] for _, v in self.session.tracked.items()}
         with self._plock:
             if tracked == set(self.processes):
                 return

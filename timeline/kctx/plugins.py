@@ -12,7 +12,7 @@ import threading
 from .. import events
 from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
-from .devices import map_items, scan_dev
+from .devices import scan_dev
 from .ioctl_names import generic_name
 from .samplers import Nvml, ProcSampler
 
@@ -51,7 +51,7 @@ class IoctlPlugin(RecorderPlugin):
 
     def _write_counts(self, ctx) -> None:
         m = ctx.session.objects["ioctl"].map("ioctl_counts")
-        counts = {struct.unpack("<II", k): struct.unpack("<Q", v)[0] for k, v in map_items(m, 8, 8)}
+        counts = {struct.unpack("<II", k): struct.unpack("<Q", v)[0] for k, v in m.items()}
         if counts != self._last_counts:
             self._last_counts = counts
             ctx.write_meta({"type": "ioctl_counts", "ts": ctx.now_ns(),
