@@ -13,19 +13,19 @@ from .. import events
 from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from .devices import scan_dev
+from .family import IOCTL_MODES
 from .ioctl_names import generic_name
 from .samplers import Nvml, ProcSampler
 
-IOCTL_MODES = ("gpu", "all")
 COUNTS_EVERY_S = 1.0
 
 
 class IoctlPlugin(RecorderPlugin):
     family = "ioctl"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.mode = getattr(cfg, "ioctl_mode", "gpu")
+    def __init__(self, cfg, options):
+        super().__init__(cfg, options)
+        self.mode = options.ioctl_mode
         self._devices: dict[str, str] = {}
         self._last_counts: dict = {}
         self._counts_at = 0
@@ -79,9 +79,9 @@ class IoctlPlugin(RecorderPlugin):
 class CountersPlugin(RecorderPlugin):
     family = "counters"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.interval = float(getattr(cfg, "sample_interval", 0.5) or 0)
+    def __init__(self, cfg, options):
+        super().__init__(cfg, options)
+        self.interval = float(options.sample_interval or 0)
         self.nvml: Nvml | None = None
         self.procs = ProcSampler()
         self._stop = threading.Event()
