@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from timeline import events as ev  # noqa: E402
+from timeline import registry  # noqa: E402
 from timeline.converters import convert  # noqa: E402
 from timeline.rawlog import KIND_END, KIND_META, KIND_RING, RawLogReader, RawLogWriter  # noqa: E402
 
@@ -55,7 +56,7 @@ def replicate(src: str, dst: str, target: int) -> tuple[int, int]:
         header = rd.header
         for blk in rd.blocks():
             if blk.kind == KIND_RING:
-                dtype = ev.RING_STRUCTS[blk.ring][1]
+                dtype = registry.RING_DTYPES[blk.ring]
                 rings.append((blk.ring, ev.decode_ring_bytes(blk.payload, dtype)))
             elif blk.kind == KIND_META:
                 metas.append(blk.json())

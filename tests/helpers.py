@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from timeline import events
+from timeline import events, registry
 from timeline.rawlog import KIND_META, KIND_RING, RawLogReader
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def read_raw(path: str) -> dict:
             if blk.kind == KIND_META:
                 out["metas"].append(blk.json())
             elif blk.kind == KIND_RING:
-                name, dtype = events.RING_NAMES[blk.ring], events.RING_STRUCTS[blk.ring][1]
+                name, dtype = registry.RING_NAMES[blk.ring], registry.RING_DTYPES[blk.ring]
                 out.setdefault(name, []).append(events.decode_ring_bytes(blk.payload, dtype))
             else:
                 out["end"] = blk.json()

@@ -4,11 +4,12 @@ import re
 
 import pytest
 
-from timeline import bpf_session, events, libbpf
+from timeline import bpf_session, events, libbpf, registry
 from timeline.btf_layout import Btf, section_globals
 from helpers import REPO
 
-OBJECTS = {f.object for f in bpf_session.FAMILIES.values()}
+OBJECTS = {f.bpf_object for f in registry.FAMILY_LIST if f.bpf_object}
+BPF_RINGS = sorted(r.id for f in registry.FAMILY_LIST if f.bpf_object for r in f.rings)
 
 
 def obj_path(name):
@@ -17,11 +18,11 @@ def obj_path(name):
     return path
 
 
-@pytest.mark.parametrize("ring", sorted(events.RING_STRUCTS))
+@pytest.mark.parametrize("ring", BPF_RINGS)
 def test_record_layout_matches_btf(ring):
-    cname, dtype = events.RING_STRUCTS[ring]
-    fam = next(f for f in bpf_session.FAMILIES.values() if f.ring_id == ring)
-    size, members = Btf.from_object(obj_path(fam.object)).struct_layout(cname)
+    cname, dtype = registry.RINGS[ring].struct, registry.RINGS[ring].dtype
+    fam = registry.RING_FAMILY[ring]
+    size, members = Btf.from_object(obj_path(fam.bpf_object)).struct_layout(cname)
     assert size == dtype.itemsize
     assert list(members) == list(dtype.names)
     for name, (off, sz) in members.items():
@@ -42,12 +43,17 @@ def test_every_object_agrees_on_shared_struct_layouts():
 
 
 def test_program_and_map_names_are_the_loader_api():
-    for fam in bpf_session.FAMILIES.values():
-        obj = libbpf.BPFObject(obj_path(fam.object))
+    for fam in registry.FAMILY_LIST:
+        if not fam.bpf_object:
+            continue
+        obj = libbpf.BPFObject(obj_path(fam.bpf_object))
         try:
             progs = obj.programs()
             assert sorted(progs) == sorted(fam.programs + fam.plugin_programs)
-            assert fam.ring_map in obj.map_names()
+            for ring in fam.rings:
+                assert ring.map in obj.map_names()
+                # the descriptor's default size is the object's own
+                assert obj.map(ring.map).max_entries == ring.default_bytes, ring.map
             for shared in bpf_session.SHARED_MAPS:
                 assert shared in obj.map_names()
         finally:

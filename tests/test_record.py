@@ -261,7 +261,41 @@ def test_drops_are_counted_and_reported(tmp_path):
     assert dropped > 0 and sum(causes["full"]) == dropped  # a full ring, nothing refused
     assert sum(causes["refused"]) == 0 and causes["ring_bytes"] == 1 << 20
     assert f"{dropped:,} events were dropped (ring buffer full)" in cp.stderr
+    assert "try a larger --buffer-size sched=2" in cp.stderr  # the ring that filled, twice its size
     assert "refused" not in cp.stderr
+
+
+def test_buffer_size_per_family(tmp_path):
+    """--buffer-size FAMILY=MiB,... sizes each family's ring; N alone stays the sched ring."""
+    raw = str(tmp_path / "b.tlraw")
+    cp = timeline_cmd("record", "--raw-only", "-e", "sched,cuda,counters", "--buffer-size", "sched=2,cuda=4,counters=1",
+                      "-o", raw, "--", "true")
+    assert cp.returncode == 0, cp.stderr
+    sizes = {k: c["ring_bytes"] for k, c in read_raw(raw)["end"]["drop_causes"].items()}
+    assert sizes == {"proc": 1 << 20, "sched": 2 << 20, "cuda": 4 << 20, "counters": 1 << 20}
+    cp = timeline_cmd("record", "--raw-only", "-e", "sched,cuda", "--buffer-size", "8", "-o", raw, "--", "true")
+    assert cp.returncode == 0, cp.stderr
+    sizes = {k: c["ring_bytes"] for k, c in read_raw(raw)["end"]["drop_causes"].items()}
+    assert sizes == {"proc": 1 << 20, "sched": 8 << 20, "cuda": 16 << 20}
+
+
+@pytest.mark.parametrize("value, says", [
+    ("4096", "--buffer-size sched=4096: at most 2048 MiB per ring"),
+    ("3", "--buffer-size must be a power of two number of MiB"),
+    ("gpu9=2", "--buffer-size gpu9=...: no ring buffer of that name (known: proc, sched,"),
+    ("cuda=x", "'cuda=x' is not a number of MiB"),
+])
+def test_buffer_size_errors_are_one_line(tmp_path, value, says):
+    cp = timeline_cmd("record", "--raw-only", "--buffer-size", value, "-o", str(tmp_path / "x.tlraw"), "--", "true")
+    assert cp.returncode != 0 and says in cp.stderr, cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1 and "Traceback" not in cp.stderr
+
+
+def test_same_family_twice_is_recorded_once(tmp_path):
+    raw = str(tmp_path / "t.tlraw")
+    cp = timeline_cmd("record", "--raw-only", "-e", "sched,sched", "-o", raw, "--", "true")
+    assert cp.returncode == 0, cp.stderr
+    assert read_raw(raw)["header"]["events"] == ["proc", "sched"]
 
 
 def test_ctrl_c_in_a_terminal(tmp_path):

@@ -5,6 +5,8 @@ the BTF of the built BPF objects (sizes and field offsets).
 """
 from __future__ import annotations
 
+import enum
+
 import numpy as np
 
 # Ring ids (TL_RING_*)
@@ -104,14 +106,6 @@ CUDA_EVENT = np.dtype(
     ]
 )
 
-# C struct name for each ring's record, used by the layout test.
-RING_STRUCTS = {
-    RING_SCHED: ("tl_sched_event", SCHED_EVENT),
-    RING_PROC: ("tl_proc_event", PROC_EVENT),
-    RING_CUDA: ("tl_cuda_event", CUDA_EVENT),
-}
-RING_NAMES = {RING_SCHED: "sched", RING_PROC: "proc"}
-RING_NAMES[RING_CUDA] = "cuda"
 
 # ---- kernel context (issue 4): ioctl, block I/O, counters; see events.h ----
 RING_IOCTL = 4
@@ -149,11 +143,41 @@ COUNTERS_EVENT = np.dtype([
     ("nvcsw", "<u8"), ("nivcsw", "<u8"), ("read_bytes", "<u8"), ("write_bytes", "<u8"),
     ("tid", "<u4"), ("tgid", "<u4"), ("cpu", "<u2"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u4"),
 ])
-RING_STRUCTS[RING_IOCTL] = ("tl_ioctl_event", IOCTL_EVENT)
-RING_STRUCTS[RING_BLOCK] = ("tl_block_event", BLOCK_EVENT)
-RING_STRUCTS[RING_COUNTERS] = ("tl_counters_event", COUNTERS_EVENT)
-RING_NAMES.update({RING_IOCTL: "ioctl", RING_BLOCK: "block", RING_COUNTERS: "counters"})
 # ---- end kernel context ----
+
+
+
+# Record kinds per ring: the `kind` field's values, named as the recorder's
+# summary names them.  The integers above are the ones events.h defines.
+class SchedKind(enum.IntEnum):
+    sched_switch = SCHED_SWITCH
+    sched_waking = SCHED_WAKING
+
+
+class ProcKind(enum.IntEnum):
+    fork = PROC_FORK
+    exec = PROC_EXEC
+    exit = PROC_EXIT
+    rename = PROC_RENAME
+
+
+class CudaKind(enum.IntEnum):
+    cuda_call = CUDA_CALL
+    cuda_entry = CUDA_ENTRY
+    cuda_name = CUDA_NAME
+
+
+class IoctlKind(enum.IntEnum):
+    ioctl = IOCTL_CALL
+
+
+class BlockKind(enum.IntEnum):
+    block_io = BLOCK_IO
+
+
+class CountersKind(enum.IntEnum):
+    thread_totals = COUNTERS_EXIT
+
 
 # Each ring buffer record is preceded by an 8-byte header (u32 len|flags,
 # u32 page offset) and padded to 8 bytes.

@@ -121,6 +121,7 @@ def lib():
         _sig(L, "bpf_map_update_elem", c_int, c_int, c_void_p, c_void_p, ctypes.c_uint64)
         _sig(L, "bpf_map_lookup_elem", c_int, c_int, c_void_p, c_void_p)
         _sig(L, "bpf_map_delete_elem", c_int, c_int, c_void_p)
+        _sig(L, "bpf_map_get_next_key", c_int, c_int, c_void_p, c_void_p)
         _sig(L, "libbpf_num_possible_cpus", c_int)
         L.libbpf_set_print(_print_cb)
         L.version = ver
@@ -189,6 +190,21 @@ class Map:
                 return False
             raise _fail(f"delete from map {self.name}")
         return True
+
+    def items(self, value_size: int | None = None, limit: int = 65536) -> list[tuple[bytes, bytes]]:
+        """(key, value) byte pairs of a hash map, at most `limit`.  Entries may
+        change while we walk: that costs an entry or a repeat, never an error.
+        value_size: for per-CPU maps, the value bytes of all CPUs."""
+        L, fd = lib(), self.fd
+        cur, nxt = None, ctypes.create_string_buffer(self.key_size)
+        out = []
+        while len(out) < limit and L.bpf_map_get_next_key(fd, cur, nxt) == 0:
+            key = nxt.raw
+            val = self.lookup(key, value_size)
+            if val is not None:
+                out.append((key, val))
+            cur = ctypes.create_string_buffer(key, self.key_size)
+        return out
 
 
 class Link:

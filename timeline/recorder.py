@@ -20,18 +20,17 @@ import numpy as np
 import psutil
 
 from . import __version__, events, libbpf
-from .bpf_session import FAMILIES, BpfSession
+from .bpf_session import BpfSession
 from .errors import MachineError, UserError
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
+from .registry import DEFAULT_EVENTS, FAMILIES, KIND_NAMES
 from .target import exit_status, invoking_user, launch, resolve_command, snapshot_tree
-from .cuda import kernel_supported as _cuda_kernel_ok
 
-# cuda: on where the kernel can run its probes (Linux >= 5.15)
-DEFAULT_EVENTS = ("sched", "ioctl", "block", "counters") + (("cuda",) if _cuda_kernel_ok() else ())
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+MAX_RING_MIB = 2048  # a ring's size is a u32 number of bytes (max_entries)
 
 
 @dataclass
@@ -42,13 +41,11 @@ class RecordConfig:
     events: tuple[str, ...] = DEFAULT_EVENTS
     duration: float | None = None
     as_root: bool = False
-    buffer_mb: int = 16
+    ring_mib: dict[str, int] = field(default_factory=dict)  # family -> ring MiB (--buffer-size); others: .bpf.c size
     poll_interval: float = 0.05
     owner: object = None  # the invoking user (target.RunAs) who creates and owns output files; None: us
-    ioctl_mode: str = "gpu"  # ioctl family: "gpu" records NVIDIA device calls, counts the rest; "all"
-    sample_interval: float = 0.5  # counters family: seconds between /proc and NVML samples (0: off)
-    cuda_libs: tuple[str, ...] = ()       # --cuda-lib: extra libraries to probe (timeline.cuda)
-    cuda_mode: str = "full"               # --cuda-mode: full | entry-only (launches)
+    # family -> its options dataclass (registry.family_options); a family not here has its defaults
+    options: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,13 +93,14 @@ def preflight(cfg: RecordConfig) -> None:
         resolve_command(cfg.command, dict(os.environ))
     else:
         raise UserError("nothing to record: give a command after -- or --pid N")
-    if cfg.buffer_mb < 1 or cfg.buffer_mb & (cfg.buffer_mb - 1) or cfg.buffer_mb > MAX_RING_MB:
-        raise UserError(f"--buffer-size must be a power of two number of MiB from 1 to {MAX_RING_MB}")
-
-
-# The kernel caps a BPF ring buffer below 4 GiB (max_entries is a u32); 1 GiB is
-# already more memory than a ring should pin.
-MAX_RING_MB = 1024
+    for fam, mib in cfg.ring_mib.items():
+        if fam not in FAMILIES or not any(r.map for r in FAMILIES[fam].rings):
+            rings = ", ".join(f.name for f in FAMILIES.values() if any(r.map for r in f.rings))
+            raise UserError(f"--buffer-size {fam}=...: no ring buffer of that name (known: {rings})")
+        if mib < 1 or mib & (mib - 1):
+            raise UserError("--buffer-size must be a power of two number of MiB (1, 2, 4, ...)")
+        if mib > MAX_RING_MIB:
+            raise UserError(f"--buffer-size {fam}={mib}: at most {MAX_RING_MIB} MiB per ring")
 
 
 def _clock_snapshot() -> dict:
@@ -226,16 +224,6 @@ class _Sleeper:
                 os.close(fd)
 
 
-KIND_NAMES = {
-    (events.RING_SCHED, events.SCHED_SWITCH): "sched_switch",
-    (events.RING_SCHED, events.SCHED_WAKING): "sched_waking",
-    (events.RING_PROC, events.PROC_FORK): "fork",
-    (events.RING_PROC, events.PROC_EXEC): "exec",
-    (events.RING_PROC, events.PROC_EXIT): "exit",
-    (events.RING_PROC, events.PROC_RENAME): "rename",
-}
-
-
 class Recorder:
     def __init__(self, cfg: RecordConfig, status=None):
         self.cfg = cfg
@@ -255,7 +243,8 @@ class Recorder:
     def run(self) -> RecordResult:
         cfg = self.cfg
         preflight(cfg)
-        plugins = load_plugins(cfg.events, cfg)
+        names = list(dict.fromkeys(["proc", *cfg.events]))  # proc first, each family once
+        plugins = load_plugins(names, cfg)
         for plugin in plugins:
             plugin.preflight()
         run_as = None if cfg.as_root else invoking_user()
@@ -269,21 +258,21 @@ class Recorder:
             "command": list(cfg.command) if cfg.command else None,
             "target_pid": cfg.pid,
             "recorder_pid": os.getpid(),
-            "events": ["proc", *[e for e in cfg.events if e != "proc"]],
+            "events": names,
             "python": platform.python_version(),
         }
         for plugin in plugins:
             header.update(plugin.header())
         fams = [FAMILIES[name] for name in header["events"]]
-        header["rings"] = {str(f.ring_id): {"name": f.name, "record_size": f.dtype.itemsize,
-                                            "stride": events.ring_stride(f.dtype)} for f in fams}
+        header["rings"] = {str(r.id): {"name": f.name, "record_size": r.dtype.itemsize,
+                                       "stride": events.ring_stride(r.dtype)} for f in fams for r in f.rings}
         try:
             writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
         except OSError as e:
             raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
         try:
-            session = BpfSession(list(cfg.events), launcher_tgid=os.getpid(),
-                                 ring_sizes={"sched": cfg.buffer_mb << 20})
+            session = BpfSession(names, launcher_tgid=os.getpid(),
+                                 ring_sizes={k: v << 20 for k, v in cfg.ring_mib.items()})
         except libbpf.BPFError as e:
             writer.close()
             remove(cfg.raw_path, cfg.owner)
@@ -457,7 +446,8 @@ class Recorder:
                 reason = "disk full"
         finally:
             writer.close()
-            records = {f.name: session.readers[f.ring_id].records for f in session.families}
+            records = {f.name: sum(session.readers[r.id].records for r in f.rings)
+                       for f in session.bpf_families}
             kind_counts = consumer.kind_counts()
             session.close()
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}

@@ -3,7 +3,9 @@
 Most families are BPF programs attached by their SEC() and need nothing
 here.  Some need more: CUDA probes find libraries and attach uprobes to
 them (and keep looking as new ones are mapped); samplers read NVML or /proc
-on a timer.  Such a family provides a RecorderPlugin, listed in PLUGINS.
+on a timer.  Such a family provides a RecorderPlugin, named by its descriptor
+(timeline/family.py: Family.plugin).  A family whose records do not come from
+BPF at all writes them from its plugin (RecorderContext.write_ring).
 
 Threading: `before_launch`, `on_target` and `stop` run on the main thread,
 `tick` on the consumer thread after each drain.  Anything written to the raw
@@ -15,7 +17,6 @@ plugins need not list /proc or walk the tracked map to find them.
 """
 from __future__ import annotations
 
-import importlib
 import struct
 import threading
 import time
@@ -23,17 +24,12 @@ import time
 import numpy as np
 
 from . import events
-from .kctx.devices import map_items
+from .family import load_spec
 from .rawlog import RawLogWriter
+from .registry import FAMILIES, options_of
 
 RECONCILE_S = 2.0  # s between looks at the proc ring's drop count (see reconcile_processes)
 
-# family name -> "module:Class"
-PLUGINS: dict[str, str] = {
-    "cuda": "timeline.cuda.plugin:CudaPlugin",
-    "ioctl": "timeline.kctx.plugins:IoctlPlugin",
-    "counters": "timeline.kctx.plugins:CountersPlugin",
-}
 
 
 class RecorderContext:
@@ -120,7 +116,7 @@ class RecorderContext:
         if lost == self._proc_lost:
             return
         self._proc_lost = lost
-        tracked = {struct.unpack_from("<I", v)[0] for _, v in map_items(self.session.tracked, 4, 8)}
+        tracked = {struct.unpack_from("<I", v)[0] for _, v in self.session.tracked.items()}
         with self._plock:
             if tracked == set(self.processes):
                 return
@@ -134,8 +130,9 @@ class RecorderContext:
 class RecorderPlugin:
     family = ""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, options=None):
         self.cfg = cfg
+        self.options = options  # the family's options dataclass (Family.options), defaults filled in
 
     def preflight(self) -> None:
         """Checks before anything is loaded; raise errors.UserError."""
@@ -159,9 +156,8 @@ class RecorderPlugin:
 
 def load(families, cfg) -> list[RecorderPlugin]:
     out = []
-    for fam in families:
-        spec = PLUGINS.get(fam)
-        if spec:
-            mod, cls = spec.split(":")
-            out.append(getattr(importlib.import_module(mod), cls)(cfg))
+    for name in families:
+        fam = FAMILIES[name]
+        if fam.plugin:
+            out.append(load_spec(fam.plugin)(cfg, options_of(cfg, name)))
     return out

@@ -8,7 +8,9 @@ import click
 
 from ..errors import MachineError, UserError
 from ..libbpf import BPFError
-from ..recorder import DEFAULT_EVENTS, Recorder, RecordConfig
+from ..family import MIB, option_fields
+from ..recorder import Recorder, RecordConfig
+from ..registry import DEFAULT_EVENTS, FAMILY_LIST, events_help, family_options
 from ..safe_output import remove
 from ..target import invoking_user
 from ..terminal import printable
@@ -26,8 +28,11 @@ def drop_warnings(drops: dict[str, int], causes: dict[str, dict]) -> list[str]:
     refused = {k: sum(c["refused"]) for k, c in causes.items()}
     out = []
     if sum(full.values()):
+        # The fix names the rings that filled: twice their size now.
+        larger = [f"{k}={max(1, 2 * causes[k]['ring_bytes'] // MIB)}" if k in causes else f"{k}=MiB"
+                  for k, v in full.items() if v]
         out.append(f"{sum(full.values()):,} events were dropped (ring buffer full): {listing(full)}; "
-                   "try a larger --buffer-size")
+                   f"try a larger --buffer-size {','.join(larger)}")
     if sum(refused.values()):
         pct = max(100 * c["refused_max_pending"] / c["ring_bytes"] for k, c in causes.items() if refused[k])
         out.append(f"{sum(refused.values()):,} events were refused by the kernel with the ring at most "
@@ -77,8 +82,43 @@ PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT on 64-bit
 
 
 def _parse_events(value: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))  # `-e sched,sched` is sched
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))  # -e sched,sched: once
     return names or DEFAULT_EVENTS
+
+
+class _RingSizes(click.ParamType):
+    """--buffer-size: `N` (the sched ring, as always) or `FAMILY=N,...`, MiB each."""
+    name = "sizes"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        out = {}
+        for part in str(value).split(","):
+            name, _, mib = part.strip().rpartition("=")
+            name = name.strip() or "sched"
+            try:
+                out[name] = int(mib)
+            except ValueError:
+                self.fail(f"{part.strip()!r} is not a number of MiB (N or FAMILY=N,...)", param, ctx)
+        return out
+
+
+def _ring_sizes_help() -> str:
+    sizes = ", ".join(f"{f.name} {r.default_bytes / MIB:g}" for f in FAMILY_LIST for r in f.rings if r.map)
+    return ("Ring buffer size in MiB, a power of two: N sets the sched ring; FAMILY=N,... sets those "
+            f"families' rings (default: {sizes}).")
+
+
+def _family_options(fn):
+    """The `record` options of every family, from its options dataclass."""
+    for fam in reversed(FAMILY_LIST):
+        for fld in reversed(option_fields(fam.options)):
+            meta = dict(fld.metadata["click"])
+            meta.setdefault("show_default", not meta.get("multiple"))
+            fn = click.option(*fld.metadata["flags"], fld.name, default=fld.default, help=fld.metadata["help"],
+                              **meta)(fn)
+    return fn
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -88,26 +128,19 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
-              help="Event families, comma separated (proc is always on). Known: sched, cuda, ioctl, block, counters.")
+              help=events_help())
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
 @click.option("--keep-raw", is_flag=True, help="Keep the .tlraw log next to the trace after converting.")
 @click.option("--as-root", is_flag=True, help="Run the command as root even when started through sudo.")
-@click.option("--buffer-size", type=int, default=16, show_default=True, help="sched ring buffer size in MiB.")
+@click.option("--buffer-size", type=_RingSizes(), default=None, metavar="N|FAMILY=N,...", help=_ring_sizes_help())
 @click.option("--flush-interval", type=_Seconds(), default=0.05, show_default=True,
               help="Seconds between ring buffer drains while events flow; up to 4x longer while "
                    "little moves (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
-@click.option("--cuda-lib", "cuda_libs", multiple=True, metavar="PATH",
-              help="cuda family: also probe this CUDA runtime/driver/NCCL library (repeatable).")
-@click.option("--cuda-mode", type=click.Choice(["full", "entry-only"]), default="full", show_default=True,
-              help="cuda family: entry-only records kernel launches without their return (lowest overhead).")
-@click.option("--ioctl", "ioctl_mode", type=click.Choice(["gpu", "all"]), default="gpu", show_default=True,
-              help="ioctl family: gpu records calls on NVIDIA devices and counts the rest; all records every ioctl.")
-@click.option("--sample-interval", type=float, default=0.5, show_default=True, metavar="S",
-              help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) samples; 0 turns them off.")
+@_family_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
-           command, cuda_libs=(), cuda_mode="full", ioctl_mode="gpu", sample_interval=0.2):
+           command, **family_values):
     """Record COMMAND (after --) or --pid N into a trace.
 
     \b
@@ -130,10 +163,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     check_writable(output, owner)
     check_writable(raw, owner)
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
-                       duration=duration, as_root=as_root, buffer_mb=buffer_size,
-                       poll_interval=flush_interval, owner=owner)
-    cfg.cuda_libs, cfg.cuda_mode = tuple(cuda_libs), cuda_mode
-    cfg.ioctl_mode, cfg.sample_interval = ioctl_mode, sample_interval
+                       duration=duration, as_root=as_root, ring_mib=dict(buffer_size or {}),
+                       poll_interval=flush_interval, owner=owner, options=family_options(family_values))
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
         res = Recorder(cfg, status=status if status.enabled else None).run()

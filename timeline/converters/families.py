@@ -5,24 +5,18 @@ and the META blocks of its types (to learn names, mappings, ...), and in the
 second pass writes what it wants through a TrackSink (track_events.py), the
 same code serving the Perfetto and the Chrome JSON output.
 
-To add a family: subclass FamilyConverter in its own module and list it in
-REGISTRY as "module:Class".
+To add a family: subclass FamilyConverter in its own module and name it, as
+"module:Class", in the family's descriptor (Family.converters).
 """
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 
+from ..family import load_spec
+from ..registry import CONVERTERS
 from .track_events import TrackSink
 
-REGISTRY: list[str] = [
-    "timeline.cuda.converter:CudaConverter",
-    "timeline.kctx.convert_ioctl:IoctlConverter",
-    "timeline.kctx.convert_block:BlockConverter",
-    "timeline.kctx.convert_counters:CountersConverter",
-    "timeline.kctx.dataloader:DataLoaderConverter",
-]
+REGISTRY: tuple[str, ...] = CONVERTERS  # every family's converters, from the descriptors
 
 
 class FamilyConverter:
@@ -51,6 +45,5 @@ class FamilyConverter:
 def load(model) -> list[FamilyConverter]:
     out = []
     for spec in REGISTRY:
-        mod, cls = spec.split(":")
-        out.append(getattr(importlib.import_module(mod), cls)(model))
+        out.append(load_spec(spec)(model))
     return out

@@ -37,6 +37,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .. import events as ev
+from .. import registry
 from ..rawlog import KIND_END, KIND_META, KIND_RING, Damage, RawLogReader
 
 OUTSIDE_TID = 4194304  # PID_MAX_LIMIT on 64-bit: no real tid reaches it
@@ -206,7 +207,7 @@ def _decode(blk, ring_dtypes) -> np.ndarray | None:
     return ev.decode_ring_bytes(blk.payload, dt)
 
 
-RING_DTYPES = {ring: dtype for ring, (_, dtype) in ev.RING_STRUCTS.items()}
+RING_DTYPES = registry.RING_DTYPES
 
 
 def scan(path: str, progress: Progress = None, total: int | None = None, families_loader=None) -> LogModel:

@@ -28,15 +28,13 @@ import numpy as np
 from .. import events as ev
 from ..errors import UserError
 from ..libbpf import BPFError
-from ..recorder import KIND_NAMES
 from ..recorder_plugins import RecorderContext, RecorderPlugin
 from . import attach
 from . import discovery as dsc
+from .family import CUDA_MODES
 from .probes import APIS, probes_for, table_meta
 from .symbols import ElfSymbols
 
-KIND_NAMES.update({(ev.RING_CUDA, ev.CUDA_CALL): "cuda_call", (ev.RING_CUDA, ev.CUDA_ENTRY): "cuda_entry",
-                   (ev.RING_CUDA, ev.CUDA_NAME): "cuda_name"})
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
 CHECK_EVERY = 0.5    # s between VmLib checks of a process
 CHECK_ACTIVE = 0.1   # ... while CUDA calls flow (see _scan)
@@ -76,10 +74,10 @@ def _vmlib(pid: int, st: _Proc) -> int | None:
 class CudaPlugin(RecorderPlugin):
     family = "cuda"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.mode = getattr(cfg, "cuda_mode", "full")
-        self.extra = [os.path.abspath(p) for p in getattr(cfg, "cuda_libs", ()) or ()]
+    def __init__(self, cfg, options):
+        super().__init__(cfg, options)
+        self.mode = options.cuda_mode
+        self.extra = [os.path.abspath(p) for p in options.cuda_libs]
         self.apis = APIS
         self.lock = threading.Lock()
         self.libs: dict[tuple, dict] = {}      # (dev, ino) -> what was attached there
@@ -94,7 +92,7 @@ class CudaPlugin(RecorderPlugin):
 
     # -- plugin hooks -------------------------------------------------------
     def preflight(self) -> None:
-        if self.mode not in ("full", "entry-only"):
+        if self.mode not in CUDA_MODES:
             raise UserError(f"--cuda-mode must be full or entry-only, not {self.mode!r}")
         for p in self.extra:
             if not os.path.isfile(p):

@@ -1,4 +1,4 @@
-"""Device and file naming for kernel-context records, and BPF map iteration.
+"""Device and file naming for kernel-context records.
 
 An ioctl record carries what BPF can read cheaply about the fd's file: the
 device number, the file type bits, the inode number and the last two dentry
@@ -8,7 +8,6 @@ kernel only knows their numbers), the rest is composed from the names.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import stat
 
@@ -73,26 +72,3 @@ def file_path(mode: int, rdev: int, ino: int, name: str, parent: str, devices: d
         return "/" + name
     return f"…/{parent}/{name}"  # two components are all BPF reads: the rest is unknown
 
-
-_get_next_key = None
-
-
-def map_items(m, key_size: int, value_size: int, limit: int = 65536):
-    """(key bytes, value bytes) pairs of a BPF hash map (libbpf's
-    bpf_map_get_next_key/lookup).  Entries may change while we walk: that
-    only costs an entry or a repeat, never an error."""
-    global _get_next_key
-    from .. import libbpf
-    if _get_next_key is None:
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, use_errno=True)
-        _get_next_key = proto(("bpf_map_get_next_key", libbpf.lib()))
-    fd = m.fd
-    cur, nxt = None, ctypes.create_string_buffer(key_size)
-    out = []
-    while len(out) < limit and _get_next_key(fd, cur, nxt) == 0:
-        key = nxt.raw
-        val = m.lookup(key, value_size)
-        if val is not None:
-            out.append((key, val))
-        cur = ctypes.create_string_buffer(key, key_size)
-    return out

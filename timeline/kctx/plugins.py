@@ -10,28 +10,22 @@ import struct
 import threading
 
 from .. import events
-from .. import recorder as _recorder
 from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
-from .devices import map_items, scan_dev
+from .devices import scan_dev
+from .family import IOCTL_MODES
 from .ioctl_names import generic_name
 from .samplers import Nvml, ProcSampler
 
-# Names for the recorder's per-kind summary line ("ioctl 12" instead of "4:1 12").
-_recorder.KIND_NAMES.setdefault((events.RING_IOCTL, events.IOCTL_CALL), "ioctl")
-_recorder.KIND_NAMES.setdefault((events.RING_BLOCK, events.BLOCK_IO), "block_io")
-_recorder.KIND_NAMES.setdefault((events.RING_COUNTERS, events.COUNTERS_EXIT), "thread_totals")
-
-IOCTL_MODES = ("gpu", "all")
 COUNTS_EVERY_S = 1.0
 
 
 class IoctlPlugin(RecorderPlugin):
     family = "ioctl"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.mode = getattr(cfg, "ioctl_mode", "gpu")
+    def __init__(self, cfg, options):
+        super().__init__(cfg, options)
+        self.mode = options.ioctl_mode
         self._devices: dict[str, str] = {}
         self._last_counts: dict = {}
         self._counts_at = 0
@@ -57,7 +51,7 @@ class IoctlPlugin(RecorderPlugin):
 
     def _write_counts(self, ctx) -> None:
         m = ctx.session.objects["ioctl"].map("ioctl_counts")
-        counts = {struct.unpack("<II", k): struct.unpack("<Q", v)[0] for k, v in map_items(m, 8, 8)}
+        counts = {struct.unpack("<II", k): struct.unpack("<Q", v)[0] for k, v in m.items()}
         if counts != self._last_counts:
             self._last_counts = counts
             ctx.write_meta({"type": "ioctl_counts", "ts": ctx.now_ns(),
@@ -85,9 +79,9 @@ class IoctlPlugin(RecorderPlugin):
 class CountersPlugin(RecorderPlugin):
     family = "counters"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.interval = float(getattr(cfg, "sample_interval", 0.2) or 0)
+    def __init__(self, cfg, options):
+        super().__init__(cfg, options)
+        self.interval = float(options.sample_interval or 0)
         self.nvml: Nvml | None = None
         self.procs = ProcSampler()
         self._stop = threading.Event()

@@ -1,0 +1,37 @@
+"""Descriptor of the cuda family: CUDA runtime, driver and NCCL calls (uprobes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from .. import events as ev
+from ..family import MIB, Family, Ring, option
+from . import kernel_supported
+
+CUDA_MODES = ("full", "entry-only")
+
+
+@dataclass(frozen=True)
+class CudaOptions:
+    cuda_libs: tuple[str, ...] = option((), "--cuda-lib", multiple=True, metavar="PATH",
+                                        help="cuda family: also probe this CUDA runtime/driver/NCCL library "
+                                             "(repeatable).")
+    cuda_mode: str = option("full", "--cuda-mode", type=click.Choice(CUDA_MODES), show_default=True,
+                            help="cuda family: entry-only records kernel launches without their return "
+                                 "(lowest overhead).")
+
+
+CUDA = Family(
+    name="cuda",
+    help="CUDA runtime/driver and NCCL calls (uprobes; Linux >= 5.15)",
+    rings=(Ring(ev.RING_CUDA, ev.CUDA_EVENT, "tl_cuda_event", ev.CudaKind, "cuda_ring", 16 * MIB),),
+    bpf_object="cuda.bpf.o",
+    plugin_programs=("tl_cuda_entry", "tl_cuda_enter", "tl_cuda_exit"),
+    prepare="timeline.cuda.attach:prepare",
+    requires="Linux >= 5.15 (uprobe attach cookies, task storage)",
+    supported=kernel_supported,
+    options=CudaOptions,
+    plugin="timeline.cuda.plugin:CudaPlugin",
+    converters=("timeline.cuda.converter:CudaConverter",),
+)

@@ -1,0 +1,58 @@
+"""Descriptors of the kernel-context families: ioctl, block, counters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from .. import events as ev
+from ..family import MIB, Family, Ring, option
+
+IOCTL_MODES = ("gpu", "all")
+
+
+@dataclass(frozen=True)
+class IoctlOptions:
+    ioctl_mode: str = option("gpu", "--ioctl", type=click.Choice(IOCTL_MODES),
+                             help="ioctl family: gpu records calls on NVIDIA devices and counts the rest; "
+                                  "all records every ioctl.")
+
+
+@dataclass(frozen=True)
+class CountersOptions:
+    sample_interval: float = option(0.5, "--sample-interval", type=float, metavar="S",
+                                    help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) "
+                                         "samples; 0 turns them off.")
+
+
+IOCTL = Family(
+    name="ioctl",
+    help="ioctls on GPU devices (all ioctls with --ioctl all)",
+    rings=(Ring(ev.RING_IOCTL, ev.IOCTL_EVENT, "tl_ioctl_event", ev.IoctlKind, "ioctl_ring", 4 * MIB),),
+    bpf_object="ioctl.bpf.o",
+    programs=("tl_ioctl_enter", "tl_ioctl_exit"),
+    options=IoctlOptions,
+    plugin="timeline.kctx.plugins:IoctlPlugin",
+    converters=("timeline.kctx.convert_ioctl:IoctlConverter",),
+)
+
+BLOCK = Family(
+    name="block",
+    help="block device requests (disk I/O) of the recorded threads",
+    rings=(Ring(ev.RING_BLOCK, ev.BLOCK_EVENT, "tl_block_event", ev.BlockKind, "block_ring", 2 * MIB),),
+    bpf_object="block.bpf.o",
+    programs=("tl_blk_insert", "tl_blk_issue", "tl_blk_done"),
+    converters=("timeline.kctx.convert_block:BlockConverter",),
+)
+
+COUNTERS = Family(
+    name="counters",
+    help="per-thread totals at exit, sampled RSS/CPU/faults and NVML GPU counters",
+    rings=(Ring(ev.RING_COUNTERS, ev.COUNTERS_EVENT, "tl_counters_event", ev.CountersKind, "counters_ring",
+                MIB // 4),),
+    bpf_object="counters.bpf.o",
+    programs=("tl_cnt_exit",),
+    options=CountersOptions,
+    plugin="timeline.kctx.plugins:CountersPlugin",
+    converters=("timeline.kctx.convert_counters:CountersConverter",),
+)
