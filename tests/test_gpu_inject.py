@@ -336,3 +336,10 @@ def test_fork_child_reconnects(libs):
     assert "child_range" not in [parent.name(x) for x in parent.records["name"]]
     assert (parent.records["kind"] == KERNEL).sum() == 3 + 1 + 2  # the child sent none of the parent's
     assert child.statuses[-1]["when"] == "exit" and parent.statuses[-1]["when"] == "exit"
+
+
+def test_quiet_fork_child_does_not_connect(libs):
+    """A worker that makes no NVTX/CUDA call sends nothing, not even an exit STATUS."""
+    r, out, conns = run(libs, "fork", 3, Server(), GPU_WORKLOAD_CHILD_NVTX="0")
+    assert r.returncode == 0, r.stderr
+    assert [c.pid for c in conns] == [out["pid"]]

@@ -86,8 +86,9 @@ def main() -> None:
             r, w = os.pipe()
             child = os.fork()
             if child == 0:
-                nv.nvtx_push(b"child_range")
-                nv.nvtx_pop()
+                if os.environ.get("GPU_WORKLOAD_CHILD_NVTX", "1") == "1":
+                    nv.nvtx_push(b"child_range")
+                    nv.nvtx_pop()
                 os.write(w, json.dumps({"pid": os.getpid(), "tid": threading.get_native_id()}).encode())
                 sys.exit(0)  # normal exit: atexit handlers run, as in a DataLoader worker
             os.close(w)

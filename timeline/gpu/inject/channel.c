@@ -123,6 +123,16 @@ static int connect_locked(void)
 	return send_msg_locked(TL_GPU_MSG_HELLO, hello, n);
 }
 
+int tl_channel_connected(void)
+{
+	int r;
+
+	pthread_mutex_lock(&lock);
+	r = fd >= 0 && fd_pid == getpid();
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
 void tl_channel_hello(void)
 {
 	char hello[4096];

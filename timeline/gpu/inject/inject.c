@@ -101,7 +101,9 @@ static void at_exit(void)
 	if (st.active && st.parent == 0)
 		tl_activity_flush(1);  /* completes every buffer through buffer_completed */
 	tl_nvtx_flush_all(1);
-	if (st.active || tl_nvtx_active)
+	/* A forked child that never sent anything (a DataLoader worker without
+	 * NVTX) does not connect just to say so. */
+	if ((st.active && st.parent == 0) || tl_channel_connected())
 		tl_channel_send_status("exit");
 }
 

@@ -25,6 +25,7 @@ int tl_channel_enabled(void);        /* TIMELINE_GPU_SOCKET set and not given up
 int tl_channel_send(uint32_t type, const void *payload, size_t len);  /* 0 ok, -1 lost */
 int tl_channel_send_records(const struct tl_gpu_record *r, size_t n);
 void tl_channel_atfork_child(void);
+int tl_channel_connected(void);      /* this process has its own connection */
 void tl_channel_hello(void);         /* (re)send HELLO: state changed */
 void tl_process_setup(void);         /* atexit + atfork, once */
 struct tl_counters {
