@@ -270,6 +270,8 @@ def test_crash_after_periodic_flush_keeps_flushed_records(libs):
     c = by_pid(conns, out["pid"])
     k = c.records[c.records["kind"] == KERNEL]
     assert len(k) == n and (k["start"] >= out["t0"]).all() and (k["end"] <= out["t1"]).all()
+    nv = c.records[c.records["kind"] == NVTX]
+    assert sorted(c.name(x) for x in nv["name"]) == ["level0", "level1"]
     assert not any(s["when"] == "exit" for s in c.statuses)  # it really died without its exit flush
 
 
@@ -343,3 +345,26 @@ def test_quiet_fork_child_does_not_connect(libs):
     r, out, conns = run(libs, "fork", 3, Server(), GPU_WORKLOAD_CHILD_NVTX="0")
     assert r.returncode == 0, r.stderr
     assert [c.pid for c in conns] == [out["pid"]]
+
+
+def test_real_libcupti_found_and_checked_without_a_driver(libs, tmp_path):
+    """NVIDIA's libcupti 12.9 (nvidia-cuda-cupti-cu12) found next to the real libcudart the
+    process loaded, every function resolved, version read; with no GPU driver here CUPTI
+    refuses to start, and the library says so and stays inert.  (InitializeInjection is
+    called directly, as the driver would at cuInit.)"""
+    import nvidia.cuda_runtime as m
+    cudart = os.path.join(list(m.__path__)[0], "lib", "libcudart.so.12")
+    prog = tmp_path / "real.py"
+    prog.write_text("import ctypes, sys\nctypes.CDLL(sys.argv[1])\n"
+                    "print(ctypes.CDLL(sys.argv[2]).InitializeInjection())\n")
+    srv = Server()
+    env = dict(os.environ, TIMELINE_GPU_SOCKET=srv.name)
+    env.pop("TIMELINE_CUPTI_PATH", None)
+    r = subprocess.run([sys.executable, str(prog), cudart, libs["libtimeline_inject.so"]], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
+    (c,) = srv.finish()
+    hello = c.hellos[0]
+    assert os.path.realpath(hello["cupti_path"]).endswith("nvidia/cuda_cupti/lib/libcupti.so.12"), hello
+    assert hello["cupti_version"] == 28 and hello["record_layout"] == 12 and hello["runtime_major"] == 12
+    assert not hello["active"] and "CUPTI_ERROR" in hello["reason"], hello

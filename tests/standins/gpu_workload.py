@@ -61,6 +61,7 @@ def main() -> None:
         for i in range(n):
             rt.cudaLaunchKernel(fn, dim3(i + 1, 2, 3), dim3(64, 4, 1), None, 256, stream)
         if mode == "crash":
+            nv.nvtx_nested(2)  # ends ranges in this thread's batch; only a periodic flush sends them
             time.sleep(0.8)  # > the 200 ms flush period: these records are out before the crash
             out["t1"] = boottime()
             print(json.dumps(out), flush=True)

@@ -97,6 +97,9 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	free(buffer);
 	if (tl_cupti.cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
 		__atomic_add_fetch(&tl_count.cupti_dropped, dropped, __ATOMIC_RELAXED);
+	/* CUPTI's periodic flush also sends NVTX ranges waiting in idle threads' batches,
+	 * so a crash loses no more NVTX than GPU records. */
+	tl_nvtx_flush_all(0);
 }
 
 static void note_enabled(const char *what)

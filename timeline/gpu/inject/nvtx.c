@@ -264,7 +264,7 @@ static nvtxStringHandle_t register_w(nvtxDomainHandle_t d, const wchar_t *s)
 }
 static void domain_destroy(nvtxDomainHandle_t d) { (void)d; }
 
-/* At exit: every thread's batch, and ranges still open (TL_GF_OPEN, end = now). */
+/* Every thread's batch; at exit also ranges still open (TL_GF_OPEN, end = now). */
 void tl_nvtx_flush_all(int at_exit)
 {
 	uint64_t now = tl_now();
