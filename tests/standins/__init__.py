@@ -56,7 +56,9 @@ def build_gpu(dirpath: str) -> dict[str, str]:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     inc = ["-I", hdr["cupti12"], "-I", hdr["cuda12"], "-I", shim]
     for name, src, flags in (("libcupti.so.12", "cupti.c", ["-Wl,-soname,libcupti.so.12", "-ldl", "-lpthread"]),
-                             ("libnvtx_caller.so", "nvtx_caller.c", ["-ldl"])):
+                             ("libnvtx_caller.so", "nvtx_caller.c", ["-ldl"]),
+                             ("liblaunch_loop.so", "launch_loop.c", ["-ldl", f"-L{dirpath}", "-l:libcudart.so.12",
+                                                                     "-Wl,-rpath,$ORIGIN"])):
         path = os.path.join(dirpath, name)
         subprocess.run([cc, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", *inc, "-o", path,
                         os.path.join(HERE, src), *flags], check=True, capture_output=True, text=True)

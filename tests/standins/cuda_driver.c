@@ -68,9 +68,13 @@ void standin_api_end(void)
 
 	if (d >= 4 || !tracer || !api_stack[d].name)
 		return;
-	if (d == 0)
+	if (d == 0) {
+		static __thread uint32_t tid;
+		if (!tid)  /* threads of a forked child never call CUDA: no renewal needed */
+			tid = (uint32_t)syscall(SYS_gettid);
 		tracer->api(api_stack[d].runtime, api_stack[d].name, api_stack[d].start, tracer->now(),
-			    api_stack[d].corr, (uint32_t)syscall(SYS_gettid));
+			    api_stack[d].corr, tid);
+	}
 	api_stack[d].name = NULL;
 }
 

@@ -17,6 +17,8 @@
 /* inject.c: process-wide state */
 uint64_t tl_now(void);               /* CLOCK_BOOTTIME ns */
 uint32_t tl_gettid(void);
+#include <sys/types.h>
+pid_t tl_getpid(void);               /* cached; renewed after fork */
 void tl_status_note(const char *key, const char *value);  /* reason/notes for HELLO */
 extern char tl_hello_extra[2048];     /* JSON members (",\"k\":v...") added to HELLO */
 

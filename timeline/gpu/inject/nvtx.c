@@ -78,10 +78,10 @@ static struct tstate *me(void)
 {
 	struct tstate *t = self;
 
-	if (t && t->pid == getpid())
+	if (t && t->pid == tl_getpid())
 		return t;
 	if (t) {  /* inherited from the parent across fork: its records are the parent's */
-		t->pid = getpid();
+		t->pid = tl_getpid();
 		t->tid = tl_gettid();
 		t->n = 0;
 		t->depth = 0;
@@ -91,7 +91,7 @@ static struct tstate *me(void)
 	if (!t)
 		return NULL;
 	pthread_mutex_init(&t->m, NULL);
-	t->pid = getpid();
+	t->pid = tl_getpid();
 	t->tid = tl_gettid();
 	pthread_mutex_lock(&list_lock);
 	t->next = threads;
@@ -274,7 +274,7 @@ void tl_nvtx_flush_all(int at_exit)
 		return;
 	pthread_mutex_lock(&list_lock);
 	for (t = threads; t; t = t->next) {
-		if (t->pid != getpid())
+		if (t->pid != tl_getpid())
 			continue;
 		if (at_exit)
 			for (int i = 0; i < t->depth && i < STACK_MAX; i++)
@@ -300,7 +300,7 @@ void tl_nvtx_atfork_child(void)
 		threads = self;
 		self->n = 0;
 		self->depth = 0;
-		self->pid = getpid();
+		self->pid = tl_getpid();
 		self->tid = tl_gettid();
 	}
 }
