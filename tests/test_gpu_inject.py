@@ -301,6 +301,25 @@ def test_unusable_cupti_leaves_library_inert(libs, env, why):
     assert not np.isin(c.records["kind"], [KERNEL, MEMCPY, API]).any()
 
 
+def test_cuda13_record_layout(libs):
+    """A CUPTI 13.0 (stand-in built against the CUDA 13 CUPTI headers: CUpti_ActivityKernel10)
+    is decoded with the CUDA 13 decoder."""
+    if "libcupti.so.13" not in libs:
+        pytest.skip("no CUDA 13 CUPTI headers here: the library was built without the CUDA 13 decoder")
+    r, out, conns = run(libs, "basic", 4, Server(), TIMELINE_CUPTI_PATH=libs["libcupti.so.13"])
+    assert r.returncode == 0, r.stderr
+    c = by_pid(conns, out["pid"])
+    hello = c.hellos[-1]
+    assert hello["active"] and hello["record_layout"] == 13 and hello["cupti_version"] >= 130000, hello
+    k = c.records[c.records["kind"] == KERNEL]
+    assert len(k) == 4 + 1 + 2 and c.name(k[4]["name"]) == "_Z10my_matmulPfS_"
+    assert k[:4]["grid"].tolist() == [[i + 1, 2, 3] for i in range(4)] and (k[:4]["dynamic_smem"] == 256).all()
+    assert sorted(k["graph_node"].tolist()) == [0, 0, 0, 0, 0, 1, 2]
+    api = c.records[c.records["kind"] == API]
+    assert set(k["correlation"]) <= set(api["correlation"]) and (api["tid"] == out["tid"]).all()
+    assert (c.records["kind"] == MEMSET).sum() == 1 and (c.records["kind"] == SYNC).sum() == 2
+
+
 def test_explicit_cupti_path(libs):
     r, out, conns = run(libs, "basic", 3, Server(), TIMELINE_CUPTI_PATH=libs["libcupti.so.12"])
     assert r.returncode == 0, r.stderr

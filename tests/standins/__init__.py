@@ -63,5 +63,11 @@ def build_gpu(dirpath: str) -> dict[str, str]:
         subprocess.run([cc, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", *inc, "-o", path,
                         os.path.join(HERE, src), *flags], check=True, capture_output=True, text=True)
         out[name] = path
+    if hdr["cupti13"]:  # CUDA 13 record layouts, when their headers are here
+        path = os.path.join(dirpath, "libcupti.so.13")
+        subprocess.run([cc, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-I", hdr["cupti13"], "-I", shim,
+                        "-o", path, os.path.join(HERE, "cupti.c"), "-Wl,-soname,libcupti.so.13", "-ldl",
+                        "-lpthread"], check=True, capture_output=True, text=True)
+        out["libcupti.so.13"] = path
     out["libtimeline_inject.so"] = str(build_inject.build())
     return out

@@ -1,14 +1,15 @@
 /*
- * STAND-IN for NVIDIA's libcupti.so.12, for tests only (no GPU here).
+ * STAND-IN for NVIDIA's libcupti.so.12 (or .13 when compiled against the CUDA 13
+ * CUPTI headers), for tests only (no GPU here).
  *
  * Exports the CUPTI activity functions timeline's injection library uses,
  * with their real prototypes (compiled against the real CUPTI 12.9 headers),
  * and fills the buffers it is given with records of the real layouts
- * (CUpti_ActivityKernel9, Memcpy6, MemcpyPtoP4, Memset4, API,
- * Synchronization2) for the calls the stand-in driver/runtime report
+ * (CUpti_ActivityKernel9 — Kernel10 with CUDA 13 headers — Memcpy6,
+ * MemcpyPtoP4, Memset4, API, Synchronization2) for the calls the stand-in driver/runtime report
  * (standin_tracer.h).  Times come from the registered timestamp callback,
  * else CLOCK_REALTIME (CUPTI's default).  Environment knobs for tests:
- *   STANDIN_CUPTI_VERSION  what cuptiGetVersion says (default 28 = 12.9u1)
+ *   STANDIN_CUPTI_VERSION  what cuptiGetVersion says (default: the headers' CUPTI_API_VERSION)
  *   STANDIN_CUPTI_BUSY     cuptiActivityEnable fails with
  *                          CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
  *   STANDIN_CUPTI_DISCARD  full buffers are freed here, never handed back
@@ -26,6 +27,12 @@
 #include <unistd.h>
 #include <cupti.h>
 #include "standin_tracer.h"
+
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 kernel_record;
+#else
+typedef CUpti_ActivityKernel9 kernel_record;
+#endif
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static CUpti_BuffersCallbackRequestFunc requested;
@@ -54,7 +61,7 @@ static uint64_t now(void)
 CUptiResult cuptiGetVersion(uint32_t *version)
 {
 	const char *v = getenv("STANDIN_CUPTI_VERSION");
-	*version = v ? (uint32_t)strtoul(v, NULL, 10) : 28;
+	*version = v ? (uint32_t)strtoul(v, NULL, 10) : CUPTI_API_VERSION;
 	return CUPTI_SUCCESS;
 }
 
@@ -196,7 +203,7 @@ static void t_api(int runtime, const char *name, uint64_t start, uint64_t end, u
 static void t_kernel(uint32_t corr, const char *name, const unsigned grid[3], const unsigned block[3], unsigned shmem,
 		     uintptr_t stream, uint32_t graph_id, uint64_t graph_node)
 {
-	CUpti_ActivityKernel9 *k;
+	kernel_record *k;
 
 	if (!enabled_kinds[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL])
 		return;
@@ -346,7 +353,7 @@ CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable)
 static size_t record_size(const CUpti_Activity *a)
 {
 	switch (a->kind) {
-	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel9);
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(kernel_record);
 	case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
 	case CUPTI_ACTIVITY_KIND_MEMCPY2: return sizeof(CUpti_ActivityMemcpyPtoP4);
 	case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
