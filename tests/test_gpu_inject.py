@@ -263,6 +263,16 @@ def test_nvtx_without_cuda(libs):
     assert sorted(c.name(x) for x in c.records["name"]) == ["level0", "level1", "level2"]
 
 
+def test_nvtx_deeper_than_the_stack(libs):
+    """Past the per-thread stack (128) ranges go unrecorded; those recorded pair up right."""
+    r, out, conns = run(libs, "deep", 130, Server())
+    assert r.returncode == 0, r.stderr
+    nv = by_pid(conns, out["pid"]).records
+    c = by_pid(conns, out["pid"])
+    assert sorted((c.name(x["name"]), int(x["value"])) for x in nv) == sorted((f"d{i}", i) for i in range(128))
+    assert not (nv["flags"] & GF_OPEN).any()
+
+
 def test_crash_after_periodic_flush_keeps_flushed_records(libs):
     n = 25
     r, out, conns = run(libs, "crash", n, Server())

@@ -8,6 +8,7 @@ DIR holds the stand-in libraries (tests/standins build_gpu).  MODE:
     crash   N launches, waits past the periodic flush, then abort()s
     fork    NVTX + launches, then a forked child makes its own NVTX ranges
     nvtx    NVTX only (no CUDA call: cuInit never runs)
+    deep    N nested NVTX push/pop
     bench   N cudaLaunchKernel calls; prints launches/s
 Prints one JSON line: pid, tid, window [t0, t1] in CLOCK_BOOTTIME ns, and what it did.
 """
@@ -45,6 +46,11 @@ def main() -> None:
     stream = P(0x5000)
     if mode == "nvtx":
         nv.nvtx_nested(3)
+    elif mode == "deep":  # n nested ranges: deeper than the library's per-thread stack
+        for i in range(n):
+            nv.nvtx_push(b"d%d" % i)
+        for i in range(n):
+            nv.nvtx_pop()
     elif mode == "bench":
         dev = P()
         rt.cudaMalloc(byref(dev), 1 << 20)

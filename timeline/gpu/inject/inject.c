@@ -106,10 +106,16 @@ size_t tl_hello_json(char *buf, size_t cap)
 	return (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
-static void at_exit(void)
+/* Registered after libcupti is loaded, so it runs before libcupti's own exit
+ * teardown (atexit handlers run in reverse order of registration). */
+static void cupti_at_exit(void)
 {
 	if (st.active && st.parent == 0)
 		tl_activity_flush(1);  /* completes every buffer through buffer_completed */
+}
+
+static void at_exit(void)
+{
 	tl_nvtx_flush_all(1);
 	/* A forked child that never sent anything (a DataLoader worker without
 	 * NVTX) does not connect just to say so. */
@@ -155,10 +161,12 @@ TL_EXPORT int InitializeInjection(void)
 	why = tl_cupti_load(st.cupti_path, sizeof(st.cupti_path), &st.major);
 	if (!why)
 		why = tl_activity_start();
-	if (why)
+	if (why) {
 		snprintf(st.reason, sizeof(st.reason), "%s", why);
-	else
+	} else {
 		st.active = 1;
+		atexit(cupti_at_exit);
+	}
 	/* Connecting sends HELLO; when NVTX connected first, a second HELLO updates it. */
 	tl_channel_hello();
 	return 1;

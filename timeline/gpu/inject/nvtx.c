@@ -188,14 +188,15 @@ static int pop(uint32_t domain)
 
 	if (!t || t->depth <= 0)
 		return -1;
-	for (i = (t->depth < STACK_MAX ? t->depth : STACK_MAX) - 1; i >= 0; i--)
+	if (t->depth > STACK_MAX)  /* the range ending was pushed past the stack: unrecorded */
+		return --t->depth;
+	for (i = t->depth - 1; i >= 0; i--)
 		if (t->stack[i].domain == domain)
 			break;
 	if (i < 0)
 		return -1;
 	emit(t, t->stack[i].start, now, t->stack[i].name, domain, t->tid, (uint32_t)i, 0);
-	if (t->depth <= STACK_MAX)
-		memmove(&t->stack[i], &t->stack[i + 1], (size_t)(t->depth - 1 - i) * sizeof(struct frame));
+	memmove(&t->stack[i], &t->stack[i + 1], (size_t)(t->depth - 1 - i) * sizeof(struct frame));
 	return --t->depth;
 }
 
