@@ -397,3 +397,17 @@ def test_real_libcupti_found_and_checked_without_a_driver(libs, tmp_path):
     assert os.path.realpath(hello["cupti_path"]).endswith("nvidia/cuda_cupti/lib/libcupti.so.12"), hello
     assert hello["cupti_version"] == 28 and hello["record_layout"] == 12 and hello["runtime_major"] == 12
     assert not hello["active"] and "CUPTI_ERROR" in hello["reason"], hello
+    # the optional entry points the library uses are all in NVIDIA's 12.9 library
+    nm = subprocess.run(["nm", "-D", "--defined-only", hello["cupti_path"]], capture_output=True, text=True).stdout
+    exported = {line.split()[-1].split("@")[0] for line in nm.splitlines()}
+    assert {"cuptiActivityRegisterTimestampCallback", "cuptiActivityFlushPeriod", "cuptiActivityEnableRuntimeApi",
+            "cuptiActivityEnableDriverApi", "cuptiActivityGetNumDroppedRecords"} <= exported
+
+
+def test_hello_is_json_whatever_the_path(libs):
+    """A hostile TIMELINE_CUPTI_PATH (quote, newline, backslash) still gives a well-formed HELLO."""
+    bad = '/nonexistent/a"b\\c\nd/libcupti.so.12'
+    r, out, conns = run(libs, "basic", 2, Server(), TIMELINE_CUPTI_PATH=bad)
+    assert r.returncode == 0, r.stderr
+    hello = next(h for h in by_pid(conns, out["pid"]).hellos if h["cuda_injection"])  # parsed as JSON
+    assert not hello["active"] and hello["reason"].startswith("TIMELINE_CUPTI_PATH " + bad), hello
