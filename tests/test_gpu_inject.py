@@ -187,6 +187,7 @@ def test_records_of_each_kind(libs):
     assert hello["record_layout"] == 12 and hello["cupti_version"] == 28 and hello["runtime_major"] == 12
     assert hello["cupti_path"].endswith("libcupti.so.12") and hello["clock"] == "CLOCK_BOOTTIME"
     assert {"concurrent_kernel", "memcpy", "memcpy2", "memset", "synchronization"} <= set(hello["enabled"])
+    assert hello["cupti_preloaded"] == ""
     rec = c.records
     gpu = rec[rec["kind"] != NVTX]
     # CLOCK_BOOTTIME, within the run (GPU times are 1-6 us after the call in the stand-in)
@@ -309,6 +310,14 @@ def test_unusable_cupti_leaves_library_inert(libs, env, why):
     hello = next(h for h in c.hellos if h["cuda_injection"])
     assert not hello["active"] and why in hello["reason"], hello
     assert not np.isin(c.records["kind"], [KERNEL, MEMCPY, API]).any()
+
+
+def test_hello_names_a_libcupti_loaded_before_us(libs):
+    """Another CUPTI user in the process (torch's Kineto loads libcupti at import): HELLO says so."""
+    r, out, conns = run(libs, "basic", 2, Server(), GPU_WORKLOAD_PRELOAD_CUPTI=libs["libcupti.so.12"])
+    assert r.returncode == 0, r.stderr
+    hello = by_pid(conns, out["pid"]).hellos[-1]
+    assert hello["cupti_preloaded"] == libs["libcupti.so.12"] and hello["active"], hello
 
 
 def test_cuda13_record_layout(libs):

@@ -33,6 +33,8 @@ def main() -> None:
     d, mode = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 10
     out = {"pid": os.getpid(), "tid": threading.get_native_id(), "t0": boottime()}
+    if os.environ.get("GPU_WORKLOAD_PRELOAD_CUPTI"):  # as torch's Kineto does at import
+        ctypes.CDLL(os.environ["GPU_WORKLOAD_PRELOAD_CUPTI"])
     rt = load(os.path.join(d, "libcudart.so.12"))
     drv = load(os.path.join(d, "libcuda.so.1"))
     nv = ctypes.CDLL(os.path.join(d, "libnvtx_caller.so"))

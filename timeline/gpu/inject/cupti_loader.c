@@ -37,6 +37,7 @@ static const struct layout_range layouts[] = {
 #endif
 
 struct find_ctx { char cudart_dir[4096]; int major; };
+char tl_cupti_preloaded[1024];   /* a libcupti already in the process (e.g. torch's Kineto) */
 
 static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -47,11 +48,13 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
 		return 0;
 	slash = strrchr(name, '/');
 	base = slash ? slash + 1 : name;
-	if (strncmp(base, "libcudart.so.", 13) || !slash)
-		return 0;
-	c->major = atoi(base + 13);
-	snprintf(c->cudart_dir, sizeof(c->cudart_dir), "%.*s", (int)(slash - name), name);
-	return 1;
+	if (!strncmp(base, "libcupti.so", 11))
+		snprintf(tl_cupti_preloaded, sizeof(tl_cupti_preloaded), "%s", name);
+	if (!c->major && slash && !strncmp(base, "libcudart.so.", 13)) {
+		c->major = atoi(base + 13);
+		snprintf(c->cudart_dir, sizeof(c->cudart_dir), "%.*s", (int)(slash - name), name);
+	}
+	return 0;
 }
 
 static void *try_open(const char *path, char *out, size_t outlen)

@@ -19,6 +19,7 @@
 #include "cupti_fns.h"
 
 extern char tl_activity_enabled[512];
+extern char tl_cupti_preloaded[1024];
 void tl_strings_atfork_child(void);
 void tl_nvtx_atfork_child(void);
 extern int tl_nvtx_active;
@@ -88,19 +89,20 @@ size_t tl_json_str(char *out, size_t cap, const char *s)
 /* HELLO payload: what this library does in this process, or why not. */
 size_t tl_hello_json(char *buf, size_t cap)
 {
-	char path[1100], reason[1600];
+	char path[1100], reason[1600], pre[1100];
 	int n;
 
 	tl_json_str(path, sizeof(path), st.cupti_path);
 	tl_json_str(reason, sizeof(reason), st.reason);
+	tl_json_str(pre, sizeof(pre), tl_cupti_preloaded);
 	n = snprintf(buf, cap,
 		     "{\"library\":\"timeline-inject\",\"pid\":%d,\"forked_from\":%d,\"cuda_injection\":%s,"
 		     "\"active\":%s,\"reason\":%s,\"cupti_path\":%s,\"cupti_version\":%u,\"record_layout\":%d,"
 		     "\"runtime_major\":%d,\"enabled\":[%s],\"nvtx\":%s,\"clock\":\"CLOCK_BOOTTIME\","
-		     "\"record_size\":%zu}",
+		     "\"record_size\":%zu,\"cupti_preloaded\":%s}",
 		     (int)getpid(), (int)st.parent, st.cuda_init ? "true" : "false", st.active ? "true" : "false",
 		     reason, path, tl_cupti.version, tl_cupti.layout, st.major, tl_activity_enabled,
-		     tl_nvtx_active ? "true" : "false", sizeof(struct tl_gpu_record));
+		     tl_nvtx_active ? "true" : "false", sizeof(struct tl_gpu_record), pre);
 	if (n < 0)
 		return 0;
 	return (size_t)n < cap ? (size_t)n : cap - 1;
