@@ -177,6 +177,18 @@ def test_library_exports_only_the_entry_points(libs):
     assert "cupti" not in ldd and "libcuda" not in ldd  # both come from the target at run time
 
 
+def test_library_ships_in_the_wheel(libs, tmp_path):
+    """What `pip install` gets: the built library, its sources and the shared header."""
+    import zipfile
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", REPO,
+                    "-w", str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
+    (whl,) = tmp_path.glob("timeline-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        assert z.read("timeline/gpu/libtimeline_inject.so") == open(libs["libtimeline_inject.so"], "rb").read()
+    assert {"timeline/gpu/records.h", "timeline/gpu/inject/inject.c", "timeline/bpf/build_inject.py"} <= names
+
+
 def test_records_of_each_kind(libs):
     n = 10
     r, out, conns = run(libs, "basic", n, Server())
