@@ -88,12 +88,13 @@ class Connection:
 class Server:
     """Listens on an abstract unix socket like the recorder; one Connection per peer."""
 
-    def __init__(self, close_at_once: bool = False):
+    def __init__(self, close_at_once: bool = False, never_read: bool = False):
         self.name = f"tl-gpu-test-{os.getpid()}-{id(self)}"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind("\0" + self.name)
         self.sock.listen(16)
-        self.close_at_once, self.conns, self.threads = close_at_once, [], []
+        self.close_at_once, self.never_read, self.conns, self.threads = close_at_once, never_read, [], []
+        self.held = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -107,6 +108,9 @@ class Server:
             self.conns.append(conn)
             if self.close_at_once:
                 c.close()
+                continue
+            if self.never_read:  # a stuck recorder: connected, reads nothing
+                self.held.append(c)
                 continue
             t = threading.Thread(target=self._read, args=(c, conn), daemon=True)
             t.start()
@@ -122,6 +126,8 @@ class Server:
         for t in list(self.threads):
             t.join(10)
         self.sock.close()
+        for c in self.held:
+            c.close()
         for c in self.conns:
             c.parse()
         return self.conns
@@ -369,6 +375,16 @@ def test_recorder_gone_target_unaffected(libs, close_at_once):
         r, out, _ = run(libs, "basic", 50, None, TIMELINE_GPU_SOCKET=f"tl-gpu-nobody-{os.getpid()}")
     assert r.returncode == 0, r.stderr
     assert out["t1"] > out["t0"] and r.stderr == ""
+
+
+def test_stuck_recorder_costs_at_most_the_send_timeout(libs):
+    """A recorder that accepts but never reads: once the socket buffer is full the send
+    times out (2 s), the connection is dropped, the rest is counted lost, the target ends."""
+    import time
+    t = time.monotonic()
+    r, out, _ = run(libs, "basic", 40_000, Server(never_read=True))  # ~10 MB of records
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t < 30
 
 
 def test_not_recording_is_a_no_op(libs):
