@@ -90,9 +90,9 @@ static int connect_locked(void)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = SEND_TIMEOUT_S };
 	size_t n;
-	char hello[4096];
+	char hello[8192];  /* HELLO's largest: ~4.8 KB */
 
-	if (fd >= 0 && fd_pid == getpid())
+	if (fd >= 0 && fd_pid == tl_getpid())
 		return 0;
 	if (fd >= 0) {  /* inherited across fork without atfork (e.g. vfork-like paths) */
 		close(fd);
@@ -116,7 +116,7 @@ static int connect_locked(void)
 		drop_connection_locked();
 		return -1;
 	}
-	fd_pid = getpid();
+	fd_pid = tl_getpid();
 	tl_count.reconnects++;
 	tl_strings_resend_all();
 	n = tl_hello_json(hello, sizeof(hello));
@@ -128,18 +128,18 @@ int tl_channel_connected(void)
 	int r;
 
 	pthread_mutex_lock(&lock);
-	r = fd >= 0 && fd_pid == getpid();
+	r = fd >= 0 && fd_pid == tl_getpid();
 	pthread_mutex_unlock(&lock);
 	return r;
 }
 
 void tl_channel_hello(void)
 {
-	char hello[4096];
+	char hello[8192];  /* HELLO's largest: ~4.8 KB */
 	size_t n;
 
 	pthread_mutex_lock(&lock);
-	if (fd >= 0 && fd_pid == getpid()) {
+	if (fd >= 0 && fd_pid == tl_getpid()) {
 		n = tl_hello_json(hello, sizeof(hello));
 		send_msg_locked(TL_GPU_MSG_HELLO, hello, n);
 	} else {

@@ -20,6 +20,8 @@
 
 extern char tl_activity_enabled[512];
 extern char tl_cupti_preloaded[1024];
+void tl_strings_atfork_prepare(void);
+void tl_strings_atfork_parent(void);
 void tl_strings_atfork_child(void);
 void tl_nvtx_atfork_child(void);
 extern int tl_nvtx_active;
@@ -138,7 +140,7 @@ static void atfork_child(void)
 
 static void setup_once(void)
 {
-	pthread_atfork(NULL, NULL, atfork_child);
+	pthread_atfork(tl_strings_atfork_prepare, tl_strings_atfork_parent, atfork_child);
 	atexit(at_exit);
 }
 

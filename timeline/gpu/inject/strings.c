@@ -149,7 +149,7 @@ void tl_strings_resend_all(void)
 	pthread_mutex_unlock(&lock);
 }
 
-void tl_strings_atfork_child(void)
-{
-	pthread_mutex_init(&lock, NULL);
-}
+/* Held across fork() so a child never sees the table half-updated. */
+void tl_strings_atfork_prepare(void) { pthread_mutex_lock(&lock); }
+void tl_strings_atfork_parent(void) { pthread_mutex_unlock(&lock); }
+void tl_strings_atfork_child(void) { pthread_mutex_unlock(&lock); }
