@@ -183,6 +183,15 @@ def test_library_exports_only_the_entry_points(libs):
     assert "cupti" not in ldd and "libcuda" not in ldd  # both come from the target at run time
 
 
+def test_build_without_headers_is_one_line_naming_what_to_install():
+    code = ("import timeline.bpf.build_inject as b; b._roots = lambda: []; "
+            "b.OUT = b.OUT.with_name('never-written.so'); b.build(force=True)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("build: CUDA headers not found"), r.stderr
+    assert "pip install nvidia-cuda-cupti-cu12" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_library_ships_in_the_wheel(libs, tmp_path):
     """What `pip install` gets: the built library, its sources and the shared header."""
     import zipfile
