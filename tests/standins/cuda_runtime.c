@@ -20,12 +20,30 @@ int cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s);
 int cuCtxSynchronize(void);
 int cuGraphLaunch(void *exec, void *stream);
 
+/* stand-in driver: reports runtime calls to the stand-in libcupti */
+void standin_api_begin(int runtime, const char *name);
+void standin_api_end(void);
+
 static unsigned long long next_graph = 0x6a0000ULL;
+
+/* Like NVIDIA's runtime: the driver is initialised on the first call. */
+int cuInit(unsigned int flags);
+static int initialised;
+static void lazy_init(void)
+{
+	if (!initialised) {
+		initialised = 1;
+		cuInit(0);
+	}
+}
 
 int cudaMalloc(void **devPtr, size_t size)
 {
 	CUdeviceptr d = 0;
-	int r = cuMemAlloc_v2(&d, size);
+	int r;
+
+	lazy_init();
+	r = cuMemAlloc_v2(&d, size);
 
 	if (r)
 		return 2; /* cudaErrorMemoryAllocation */
@@ -37,17 +55,28 @@ int cudaFree(void *devPtr) { return cuMemFree_v2((CUdeviceptr)devPtr) ? 1 : 0; }
 
 int cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream)
 {
-	return cuLaunchKernel((void *)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-			      (unsigned int)shmem, stream, args, NULL) ? 98 : 0;
+	int r;
+
+	lazy_init();
+	standin_api_begin(1, "cudaLaunchKernel");
+	r = cuLaunchKernel((void *)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+			   (unsigned int)shmem, stream, args, NULL) ? 98 : 0;
+	standin_api_end();
+	return r;
 }
 
 int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, void *stream)
 {
+	int r = 0;
+
+	lazy_init();
+	standin_api_begin(1, "cudaMemcpyAsync");
 	if (kind == 1)
-		return cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, count, stream);
-	if (kind == 2)
-		return cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src, count, stream);
-	return 0;
+		r = cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, count, stream);
+	else if (kind == 2)
+		r = cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src, count, stream);
+	standin_api_end();
+	return r;
 }
 
 int cudaDeviceSynchronize(void) { return cuCtxSynchronize(); }

@@ -66,6 +66,8 @@ def main() -> None:
     args = ap.parse_args()
     for obj in build(args.vmlinux, args.force):
         print(f"built {obj.relative_to(HERE.parent.parent)}")
+    from timeline.bpf import build_inject  # the CUDA injection library (family gpu), same step
+    print(f"built {build_inject.build(args.force).relative_to(HERE.parent.parent)}")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ struct tl_gpu_record {
 	uint8_t src_kind;      /* memcpy: CUpti_ActivityMemoryKind of source */
 	uint8_t dst_kind;
 	uint8_t sync_kind;     /* SYNC: CUpti_ActivitySynchronizationType */
-	uint32_t value;        /* memset: value;  NVTX: nesting depth */
+	uint32_t value;        /* memset: value;  NVTX: nesting depth;  API: return code;  SYNC: CUDA event id */
 	uint32_t src_device;   /* peer memcpy */
 	uint32_t dst_device;
 	uint32_t pad;
