@@ -11,6 +11,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 
 import numpy as np
 
@@ -36,15 +37,18 @@ class Receiver:
         self.stats = {"refused": 0, "wire_errors": 0, "cut_short": 0, "cupti_dropped": 0}
         self.counts: dict[int, dict[str, int]] = {}  # pid -> record kind name -> count
         self._stop = threading.Event()
+        self._deadline = float("inf")
         self.thread = threading.Thread(target=self._run, name="timeline-gpu-receiver", daemon=True)
 
     def start(self):
         self.thread.start()
 
     def stop(self, timeout=2.0):
-        """Drains what peers already sent, then closes everything."""
+        """Drains what peers already sent (for at most `timeout`: a peer that keeps sending must not
+        hold the recording open), then closes everything; nothing is written after this returns."""
+        self._deadline = time.monotonic() + timeout
         self._stop.set()
-        self.thread.join(timeout)
+        self.thread.join(timeout + 1.0)
 
     def _run(self):
         try:
@@ -55,7 +59,7 @@ class Receiver:
                         self._accept()
                     else:
                         self._read(key.fileobj, key.data)
-                if self._stop.is_set() and not ready:
+                if self._stop.is_set() and (not ready or time.monotonic() > self._deadline):
                     break
         finally:
             for key in list(self.sel.get_map().values()):
