@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from timeline import ranks
 
 
@@ -27,13 +29,16 @@ def test_parse_hostile_values_ignored():
     assert ranks.parse_environ(b"\0\0\0") == {}
 
 
+CHILD = [sys.executable, "-c", "import sys; print(flush=True); sys.stdin.read()"]
+
+
 def test_read_live_process_and_bound():
     # one string may hold 128 KiB at most (MAX_ARG_STRLEN): pad with several
     env = {"RANK": "2", **{f"PAD{i}": "x" * 60000 for i in range(ranks.ENVIRON_MAX // 60000 + 1)},
            "PMI_SIZE": "9"}
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+    p = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          env={"RANK": "2", "WORLD_SIZE": "4"})
-    q = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    q = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     try:
         assert ranks.read_ranks(p.pid) == {"rank": 2, "world_size": 4}
         # PMI_SIZE lies past the bound (dicts keep order: it is last in environ): not read
@@ -48,3 +53,41 @@ def test_read_live_process_and_bound():
             x.communicate(b"")
     assert ranks.read_ranks(p.pid) == {}          # gone
     assert ranks.rank_label({"rank": 3}) == "rank 3" and ranks.rank_label({}) is None
+
+
+TRAIN = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+dist.all_reduce(t)
+assert t[0].item() == dist.get_world_size()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_ranks_recorded(tmp_path):
+    """A real torchrun (gloo, CPU, 2 ranks): each worker's rank reaches the raw
+    log, and the Chrome JSON names its process `rank N · ...`, sorted by rank."""
+    import json
+    import shutil
+    from helpers import read_raw, require_root, timeline_cmd
+    require_root()
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    torchrun = shutil.which("torchrun") or pytest.fail("torchrun not installed")
+    out = tmp_path / "run.json"
+    r = timeline_cmd("record", "-e", "sched", "--keep-raw", "-o", str(out), "--", torchrun,
+                     "--nproc-per-node", "2", "--master-port", "29531", str(script), timeout=300)
+    assert r.returncode == 0, r.stderr
+    raw = read_raw(str(tmp_path / "run.tlraw"))
+    ranked = [p for m in raw["metas"] if m.get("type") == "ranks" for p in m["processes"]]
+    by_rank = {p["rank"]: p for p in ranked}
+    assert set(by_rank) == {0, 1}, ranked
+    assert all(p["world_size"] == 2 and p["local_rank"] == p["rank"] for p in by_rank.values())
+    evs = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in evs if e.get("ph") == "M" and e["name"] == "process_name"}
+    for rank, p in by_rank.items():
+        assert names[p["pid"]].startswith(f"rank {rank} \u00b7 "), names[p["pid"]]
+        assert "train.py" in names[p["pid"]]
+    sort = {e["pid"]: e["args"]["sort_index"] for e in evs if e.get("name") == "process_sort_index"}
+    assert sort == {by_rank[0]["pid"]: 0, by_rank[1]["pid"]: 1}

@@ -32,6 +32,7 @@ import orjson
 
 from .bulk_text import KeyIndex, decimal_times
 from .model import OTHER_COMM, OTHER_TID_BASE, CpuSched, LogModel
+from ..ranks import rank_label
 from .track_events import ChromeTrackSink
 
 DEFAULT_PRIO = 120
@@ -174,6 +175,11 @@ class ChromeJsonWriter:
         evs = []
         for pid, p in sorted(m.processes.items()):
             name = p.name or (p.cmdline[0] if p.cmdline else None)
+            label = rank_label(p.ranks)
+            if label is not None:  # `rank 3 · python train.py`, sorted by rank
+                name = f"{label} \u00b7 {' '.join(p.cmdline) if p.cmdline else name or ''}".rstrip(" \u00b7")
+                evs.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
+                            "args": {"sort_index": p.ranks["rank"]}})
             if name:
                 evs.append({"ph": "M", "name": "process_name", "pid": pid, "tid": pid, "args": {"name": name}})
             if p.cmdline and not p.cmdline_is_comm:
