@@ -23,6 +23,8 @@ A second thread writes (and gzips) while the next block is built.
 """
 from __future__ import annotations
 
+import os
+
 import queue
 import threading
 import weakref
@@ -177,7 +179,8 @@ class ChromeJsonWriter:
             name = p.name or (p.cmdline[0] if p.cmdline else None)
             label = rank_label(p.ranks)
             if label is not None:  # `rank 3 · python train.py`, sorted by rank
-                name = f"{label} \u00b7 {' '.join(p.cmdline) if p.cmdline else name or ''}".rstrip(" \u00b7")
+                cmd = [os.path.basename(p.cmdline[0]), *p.cmdline[1:]] if p.cmdline else [name or ""]
+                name = f"{label} \u00b7 {' '.join(cmd)}".rstrip(" \u00b7")  # argv0's dir is noise here
                 evs.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
                             "args": {"sort_index": p.ranks["rank"]}})
             if name:
