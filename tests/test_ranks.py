@@ -91,3 +91,16 @@ def test_torchrun_ranks_recorded(tmp_path):
         assert "train.py" in names[p["pid"]]
     sort = {e["pid"]: e["args"]["sort_index"] for e in evs if e.get("name") == "process_sort_index"}
     assert sort == {by_rank[0]["pid"]: 0, by_rank[1]["pid"]: 1}
+
+
+def test_model_keeps_only_sane_rank_fields():
+    """A raw log is untrusted input: odd "ranks" metas are ignored, not fatal."""
+    from timeline.converters.model import LogModel, Process, _apply_ranks
+    m = LogModel(path="x", size=0, header={})
+    m.processes = {10: Process(10), 11: Process(11)}
+    _apply_ranks(m, [{"processes": [None, 5, {"pid": "10", "rank": 1}, {"pid": 99, "rank": 2},
+                                    {"pid": 10, "rank": 3, "world_size": True, "local_rank": -1, "evil": 1},
+                                    {"pid": 11, "rank": 10 ** 12, "world_size": 4}]},
+                     {"processes": "junk"}, {}])
+    assert m.processes[10].ranks == {"rank": 3}
+    assert m.processes[11].ranks == {"world_size": 4}
