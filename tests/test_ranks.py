@@ -104,3 +104,23 @@ def test_model_keeps_only_sane_rank_fields():
                      {"processes": "junk"}, {}])
     assert m.processes[10].ranks == {"rank": 3}
     assert m.processes[11].ranks == {"world_size": 4}
+
+
+def test_perfetto_rank_args(tmp_path):
+    """Perfetto output: each ranked process carries its ranks as process args."""
+    from helpers import require_root, timeline_cmd
+    from timeline.trace_processor import open_trace
+    require_root()
+    out = tmp_path / "r.pftrace"
+    r = timeline_cmd("record", "-e", "sched", "-o", str(out), "--", "sh", "-c",
+                     "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 sleep 0.3 & RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 sleep 0.3; wait")
+    assert r.returncode == 0, r.stderr
+    with open_trace(str(out)) as tp:
+        rows = tp.query("select p.pid, p.name, a.string_value from process p join args a using(arg_set_id) "
+                        "where a.key glob 'chrome.process_label*' order by p.pid, a.id").rows
+    labels: dict = {}
+    for pid, name, label in rows:
+        assert name == "sleep"  # the cmdline's name stays
+        labels.setdefault(pid, []).append(label)
+    assert sorted(labels.values()) == [["rank=0", "local_rank=0", "world_size=2"],
+                                       ["rank=1", "local_rank=1", "world_size=2"]]
