@@ -24,6 +24,7 @@ from .bpf_session import BpfSession
 from .errors import MachineError, UserError
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
+from .ranks import RankWatcher
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
 from .registry import DEFAULT_EVENTS, FAMILIES, KIND_NAMES
@@ -126,6 +127,7 @@ class _Consumer(threading.Thread):
         self._wake.acquire()
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
+        self._ranks = RankWatcher()  # rank variables, read once per process image
         self.ctx: RecorderContext | None = None
         self.error: BaseException | None = None
         self.disk_full: RawLogFull | None = None  # recording stopped: no room for the raw log
@@ -161,6 +163,12 @@ class _Consumer(threading.Thread):
     BACKOFF = 4
     QUIET_BYTES = 64 << 10
 
+    def _note_ranks(self) -> None:
+        """Each new process image's rank variables, as a "ranks" meta block."""
+        found = self._ranks.poll(self.ctx.processes)
+        if found:
+            self.ctx.write_meta({"type": "ranks", "ts": self.ctx.now_ns(), "processes": found})
+
     def run(self) -> None:
         interval = self.interval
         try:
@@ -168,6 +176,7 @@ class _Consumer(threading.Thread):
                 moved = self.drain_once()
                 if self.ctx is not None:
                     self.ctx.reconcile_processes()
+                    self._note_ranks()
                 for plugin in self.plugins:
                     plugin.tick(self.ctx)
                 if moved >= (1 << 20):

@@ -35,3 +35,41 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def expand_template(template: str, *, host: str, pid: int, env, when: float) -> str:
+    """`-o` templates, so one command line serves every node and rank:
+    %h host name, %p the recorder's pid (known before the target starts, when
+    the name must already be checked), %r the rank from the recorder's own
+    environment (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID: set when a
+    launcher starts one recorder per rank), %t start time (YYYYmmdd-HHMMSS),
+    %% a literal %.  Anything else after % is an error."""
+    if "%" not in template:
+        return template
+    import re
+    import time
+
+    from ..ranks import RANK_VARS
+
+    def rank() -> str:
+        for name in RANK_VARS["rank"]:
+            v = env.get(name.decode())
+            if v is not None and v.isascii() and v.isdigit() and len(v) <= 9:
+                return str(int(v))
+        raise UserError("-o uses %r but none of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID is set")
+
+    def sub(m) -> str:
+        c = m.group(1)
+        if c == "%":
+            return "%"
+        if c == "h":
+            return re.sub(r"[^A-Za-z0-9._-]", "_", host) or "host"
+        if c == "p":
+            return str(pid)
+        if c == "r":
+            return rank()
+        if c == "t":
+            return time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+        shown = c if c.isprintable() and c else repr(c)
+        raise UserError(f"-o: unknown template %{shown} (known: %h host, %p pid, %r rank, %t time, %% a %)")
+    return re.sub(r"%(.?)", sub, template, flags=re.S)

@@ -1,6 +1,8 @@
 """`timeline record`: record a command (or a running process) into a trace."""
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import time
 
@@ -15,7 +17,7 @@ from ..safe_output import remove
 from ..target import invoking_user
 from ..terminal import printable
 from .convert import EXIT_NO_TRACE, NoRoom, run_conversion
-from .output import check_writable, human_bytes, infer_format, raw_path_for
+from .output import check_writable, expand_template, human_bytes, infer_format, raw_path_for
 
 
 def drop_warnings(drops: dict[str, int], causes: dict[str, dict]) -> list[str]:
@@ -123,7 +125,8 @@ def _family_options(fn):
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", help="Trace file to write (default: timeline-DATE-TIME.pftrace). "
-              "A .json or .json.gz name selects Chrome JSON.")
+              "A .json or .json.gz name selects Chrome JSON. Templates: %h host, %p recorder pid, "
+              "%r rank (RANK etc. in the recorder's environment), %t start time, %% a %.")
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
@@ -157,6 +160,7 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
         raise UserError("-o/--output needs a file name")
     if output is None:
         output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
+    output = expand_template(output, host=socket.gethostname(), pid=os.getpid(), env=os.environ, when=time.time())
     fmt = infer_format(output, fmt)
     raw = output if raw_only else raw_path_for(output)
     owner = invoking_user()  # in sudo mode outputs are created by, and belong to, this user

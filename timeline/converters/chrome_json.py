@@ -23,6 +23,8 @@ A second thread writes (and gzips) while the next block is built.
 """
 from __future__ import annotations
 
+import os
+
 import queue
 import threading
 import weakref
@@ -33,6 +35,7 @@ import orjson
 from .bulk_text import KeyIndex, decimal_times
 from .model import IDLE_TID, OUTSIDE_COMM, OUTSIDE_TID, CpuSched, LogModel
 from .track_events import JSON_SYSTEM_NAME, JSON_SYSTEM_PID, ChromeTrackSink
+from ..ranks import rank_label
 
 DEFAULT_PRIO = 120
 # prev_state bits as the kernel prints them (kernel >= 4.14 encoding)
@@ -134,15 +137,18 @@ def _abandon(q: queue.Queue) -> None:
 
 def process_order(m: LogModel) -> list[int]:
     """Recorded pids depth first from the roots of the tree (processes whose
-    parent was not recorded), each level by fork time then pid."""
+    parent was not recorded), each level by rank (torchrun's workers), then
+    fork time, then pid."""
     kids: dict[int | None, list] = {}
     for pid, p in m.processes.items():
         parent = p.ppid if p.ppid in m.processes and p.ppid != pid else None
-        kids.setdefault(parent, []).append((p.start_ts if p.start_ts is not None else -1, pid))
+        rank = p.ranks.get("rank")
+        kids.setdefault(parent, []).append((rank if rank is not None else 1 << 62,
+                                            p.start_ts if p.start_ts is not None else -1, pid))
     out: list[int] = []
     stack = sorted(kids.get(None, []), reverse=True)
     while stack:
-        _, pid = stack.pop()
+        *_, pid = stack.pop()
         out.append(pid)
         stack.extend(sorted(kids.get(pid, []), reverse=True))
     return out
@@ -215,6 +221,10 @@ class ChromeJsonWriter:
                             "args": {"sort_index": -1 if tid == t.tgid else tid}})
         for pid, p in sorted(m.processes.items()):
             name = p.name or (p.cmdline[0] if p.cmdline else None)
+            label = rank_label(p.ranks)
+            if label is not None:  # `rank 3 · python train.py`, sorted by rank
+                cmd = [os.path.basename(p.cmdline[0]), *p.cmdline[1:]] if p.cmdline else [name or ""]
+                name = f"{label} \u00b7 {' '.join(cmd)}".rstrip(" \u00b7")  # argv0's dir is noise here
             if name:
                 evs.append({"ph": "M", "name": "process_name", "pid": pid, "tid": pid, "args": {"name": name}})
             if p.cmdline and not p.cmdline_is_comm:

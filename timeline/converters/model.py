@@ -83,6 +83,7 @@ class Process:
     exit_code: int | None = None
     cmdline_is_comm: bool = False  # cmdline unknown: [comm] stands in
     history: list = dataclasses.field(default_factory=list)  # [(ts, cmdline, is_comm)]
+    ranks: dict = dataclasses.field(default_factory=dict)  # {"rank": 3, ...} from its environment (ranks.py)
 
     def set_cmdline(self, ts: int | None, cmdline: list, is_comm: bool) -> None:
         self.cmdline, self.cmdline_is_comm = list(cmdline), is_comm
@@ -231,6 +232,7 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
         procs_parts: list[np.ndarray] = []
         tid_parts: list[np.ndarray] = []
         snapshots: list[dict] = []
+        rank_metas: list[dict] = []
         for blk in rd.blocks():
             if blk.kind == KIND_RING:
                 recs = _decode(blk, RING_DTYPES)
@@ -257,6 +259,8 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
                 meta = blk.json()
                 if meta.get("type") == "procs":
                     snapshots.append(meta)
+                elif meta.get("type") == "ranks":
+                    rank_metas.append(meta)
                 for f in meta_fams.get(meta.get("type"), ()):
                     f.scan_meta(meta)
             elif blk.kind == KIND_END:
@@ -269,6 +273,7 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
     procs = procs[np.argsort(procs["ts"], kind="stable")]
     m.n_proc = int(procs.size)
     _build_tree(m, snapshots, procs)
+    _apply_ranks(m, rank_metas)
     for tid, ts in m.final_switch.items():
         th = m.threads.get(tid)
         if th is not None and th.end_ts is not None and ts > th.end_ts:
@@ -281,6 +286,22 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
             m.threads[tid] = Thread(tid)  # seen running, never named: tgid unknown
     m.tracked_tids = np.array(sorted(tids), dtype=np.int64)
     return m
+
+
+def _apply_ranks(m: LogModel, metas: list[dict]) -> None:
+    """Rank fields onto the processes; the log is untrusted, so only small ints
+    under the known keys are kept.  A pid's last image wins."""
+    from ..ranks import RANK_VARS
+    for meta in metas:
+        for r in meta.get("processes") or ():
+            if not isinstance(r, dict):
+                continue
+            pid = r.get("pid")
+            p = m.processes.get(pid) if isinstance(pid, int) else None
+            if p is None:
+                continue
+            p.ranks = {k: v for k, v in r.items()
+                       if k in RANK_VARS and type(v) is int and 0 <= v < 10 ** 9}
 
 
 def _note_ts(m: LogModel, ts: np.ndarray) -> None:

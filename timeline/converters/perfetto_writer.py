@@ -51,11 +51,13 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from .. import __version__
 from .. import events as ev
 from .model import CpuSched, LogModel
+from ..ranks import RANK_VARS, rank_label
 from .protowire import f_len, f_packed, f_varint, varint
 from .track_events import PerfettoTrackSink
 
 SEQ_ID = 1
 SEQ_ID_COUNTERS = 2
+RANK_TRACK_UUID = 1 << 62  # | pid: apart from the track sink's small uuids
 MAX_BUNDLE = 65536          # events per compact_sched bundle
 CLONE_VM = 0x100
 CLONE_SIGHAND = 0x800
@@ -300,6 +302,24 @@ class PerfettoWriter:
                 th.name = t.name
         self._packet(pkt)
 
+    def _rank_labels(self, end: int) -> None:
+        """Ranks as process args (`chrome.process_label[i]` = `rank=3`, ...),
+        through a process descriptor inside the process's lifetime.
+        trace_processor keeps the cmdline's name over the descriptor's, so the
+        name only shows where no cmdline was known."""
+        for pid, p in sorted(self.m.processes.items()):
+            label = rank_label(p.ranks)
+            if label is None:
+                continue
+            last = max([t for t, _, _ in p.history if t is not None] + [p.start_ts or 0, self.m.start_ts()])
+            pkt = pb.TracePacket(timestamp=min(last + 2, p.end_ts if p.end_ts is not None else end))
+            pkt.track_descriptor.uuid = RANK_TRACK_UUID | pid
+            d = pkt.track_descriptor.process
+            d.pid = pid
+            d.process_name = label
+            d.process_labels.extend(f"{k}={p.ranks[k]}" for k in RANK_VARS if k in p.ranks)  # rank first
+            self._packet(pkt)
+
     # -- end
     def finish(self) -> None:
         m = self.m
@@ -309,6 +329,7 @@ class PerfettoWriter:
         live = [t.tid for t in m.threads.values() if t.end_ts is None and t.tgid is not None]
         procs = [p.pid for p in m.processes.values() if p.end_ts is None]
         self._process_tree(end, sorted(procs), sorted(live), final=True)
+        self._rank_labels(end)
         if m.end is not None:
             self._ftrace_stats(pb.FtraceStats.END_OF_TRACE, end, m.drops_per_cpu(), m.drops_per_cpu("full"))
             self._drop_counters(end, start=False)

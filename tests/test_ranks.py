@@ -1,0 +1,126 @@
+"""Rank fields from a process's environment (timeline/ranks.py)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from timeline import ranks
+
+
+def test_parse_torchrun_env():
+    env = b"PATH=/bin\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=8\0HOME=/root\0"
+    assert ranks.parse_environ(env) == {"rank": 3, "local_rank": 1, "world_size": 8}
+
+
+def test_parse_launcher_fallbacks_and_priority():
+    env = b"SLURM_PROCID=7\0OMPI_COMM_WORLD_RANK=5\0SLURM_NTASKS=16\0"
+    # OMPI is listed before Slurm: an mpirun inside an allocation names the MPI rank
+    assert ranks.parse_environ(env) == {"rank": 5, "world_size": 16}
+    assert ranks.parse_environ(b"PMI_RANK=2\0PMI_SIZE=4\0") == {"rank": 2, "world_size": 4}
+
+
+def test_parse_hostile_values_ignored():
+    env = (b"RANK=-1\0LOCAL_RANK=\xff\xfe\0WORLD_SIZE=99999999999999\0"
+           b"\xff\0=\0RANK\0LOCAL_RANK=\xd9\xa3\0OMPI_COMM_WORLD_RANK= 4\0PMI_RANK=6\0")
+    # only PMI_RANK is a plain decimal number (Arabic-Indic digits are not)
+    assert ranks.parse_environ(env) == {"rank": 6}
+    assert ranks.parse_environ(b"") == {}
+    assert ranks.parse_environ(b"\0\0\0") == {}
+
+
+CHILD = [sys.executable, "-c", "import sys; print(flush=True); sys.stdin.read()"]
+
+
+def test_read_live_process_and_bound():
+    # one string may hold 128 KiB at most (MAX_ARG_STRLEN): pad with several
+    env = {"RANK": "2", **{f"PAD{i}": "x" * 60000 for i in range(ranks.ENVIRON_MAX // 60000 + 1)},
+           "PMI_SIZE": "9"}
+    p = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         env={"RANK": "2", "WORLD_SIZE": "4"})
+    q = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert ranks.read_ranks(p.pid) == {"rank": 2, "world_size": 4}
+        # PMI_SIZE lies past the bound (dicts keep order: it is last in environ): not read
+        assert ranks.read_ranks(q.pid) == {"rank": 2}
+        w = ranks.RankWatcher()
+        got = w.poll({p.pid: 1, os.getpid(): 1})
+        assert [g["pid"] for g in got] == [p.pid] and got[0]["rank"] == 2
+        assert w.poll({p.pid: 1}) == []           # same image: not read again
+        assert len(w.poll({p.pid: 2})) == 1       # exec: read again
+    finally:
+        for x in (p, q):
+            x.communicate(b"")
+    assert ranks.read_ranks(p.pid) == {}          # gone
+    assert ranks.rank_label({"rank": 3}) == "rank 3" and ranks.rank_label({}) is None
+
+
+TRAIN = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+dist.all_reduce(t)
+assert t[0].item() == dist.get_world_size()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_ranks_recorded(tmp_path):
+    """A real torchrun (gloo, CPU, 2 ranks): each worker's rank reaches the raw
+    log, and the Chrome JSON names its process `rank N · ...`, sorted by rank."""
+    import json
+    import shutil
+    from helpers import read_raw, require_root, timeline_cmd
+    require_root()
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    torchrun = shutil.which("torchrun") or pytest.fail("torchrun not installed")
+    out = tmp_path / "run.json"
+    r = timeline_cmd("record", "-e", "sched", "--keep-raw", "-o", str(out), "--", torchrun,
+                     "--nproc-per-node", "2", "--master-port", "29531", str(script), timeout=300)
+    assert r.returncode == 0, r.stderr
+    raw = read_raw(str(tmp_path / "run.tlraw"))
+    ranked = [p for m in raw["metas"] if m.get("type") == "ranks" for p in m["processes"]]
+    by_rank = {p["rank"]: p for p in ranked}
+    assert set(by_rank) == {0, 1}, ranked
+    assert all(p["world_size"] == 2 and p["local_rank"] == p["rank"] for p in by_rank.values())
+    evs = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in evs if e.get("ph") == "M" and e["name"] == "process_name"}
+    for rank, p in by_rank.items():
+        assert names[p["pid"]].startswith(f"rank {rank} \u00b7 "), names[p["pid"]]
+        assert "train.py" in names[p["pid"]]
+    sort = {e["pid"]: e["args"]["sort_index"] for e in evs if e.get("name") == "process_sort_index"}
+    assert sort == {by_rank[0]["pid"]: 0, by_rank[1]["pid"]: 1}
+
+
+def test_model_keeps_only_sane_rank_fields():
+    """A raw log is untrusted input: odd "ranks" metas are ignored, not fatal."""
+    from timeline.converters.model import LogModel, Process, _apply_ranks
+    m = LogModel(path="x", size=0, header={})
+    m.processes = {10: Process(10), 11: Process(11)}
+    _apply_ranks(m, [{"processes": [None, 5, {"pid": "10", "rank": 1}, {"pid": 99, "rank": 2},
+                                    {"pid": 10, "rank": 3, "world_size": True, "local_rank": -1, "evil": 1},
+                                    {"pid": 11, "rank": 10 ** 12, "world_size": 4}]},
+                     {"processes": "junk"}, {}])
+    assert m.processes[10].ranks == {"rank": 3}
+    assert m.processes[11].ranks == {"world_size": 4}
+
+
+def test_perfetto_rank_args(tmp_path):
+    """Perfetto output: each ranked process carries its ranks as process args."""
+    from helpers import require_root, timeline_cmd
+    from timeline.trace_processor import open_trace
+    require_root()
+    out = tmp_path / "r.pftrace"
+    r = timeline_cmd("record", "-e", "sched", "-o", str(out), "--", "sh", "-c",
+                     "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 sleep 0.3 & RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 sleep 0.3; wait")
+    assert r.returncode == 0, r.stderr
+    with open_trace(str(out)) as tp:
+        rows = tp.query("select p.pid, p.name, a.string_value from process p join args a using(arg_set_id) "
+                        "where a.key glob 'chrome.process_label*' order by p.pid, a.id").rows
+    labels: dict = {}
+    for pid, name, label in rows:
+        assert name == "sleep"  # the cmdline's name stays
+        labels.setdefault(pid, []).append(label)
+    assert sorted(labels.values()) == [["rank=0", "local_rank=0", "world_size=2"],
+                                       ["rank=1", "local_rank=1", "world_size=2"]]
