@@ -90,7 +90,8 @@ def test_torchrun_ranks_recorded(tmp_path):
         assert names[p["pid"]].startswith(f"rank {rank} \u00b7 "), names[p["pid"]]
         assert "train.py" in names[p["pid"]]
     sort = {e["pid"]: e["args"]["sort_index"] for e in evs if e.get("name") == "process_sort_index"}
-    assert sort == {by_rank[0]["pid"]: 0, by_rank[1]["pid"]: 1}
+    # the recorded tree is ordered depth first; torchrun's workers among themselves by rank
+    assert sort[by_rank[0]["pid"]] < sort[by_rank[1]["pid"]], sort
 
 
 def test_model_keeps_only_sane_rank_fields():
