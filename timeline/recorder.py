@@ -20,6 +20,7 @@ import psutil
 
 from . import __version__, events, libbpf
 from .bpf_session import FAMILIES, BpfSession
+from .capture import CaptureWindow
 from .errors import UserError
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
@@ -48,6 +49,7 @@ class RecordConfig:
     sample_interval: float = 0.5  # counters family: seconds between /proc and NVML samples (0: off)
     cuda_libs: tuple[str, ...] = ()       # --cuda-lib: extra libraries to probe (timeline.cuda)
     cuda_mode: str = "full"               # --cuda-mode: full | entry-only (launches)
+    delay: float = 0.0                    # --delay: families other than proc recorded from then on
 
 
 @dataclass
@@ -123,6 +125,7 @@ class _Consumer(threading.Thread):
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
         self.ctx: RecorderContext | None = None
+        self.window: CaptureWindow | None = None  # --delay (timeline.capture)
         self.error: BaseException | None = None
         self.disk_full: RawLogFull | None = None  # recording stopped: no room for the raw log
 
@@ -131,6 +134,8 @@ class _Consumer(threading.Thread):
         with self.lock:
             for rid, reader in self.session.readers.items():
                 data = reader.drain()
+                if data and self.window is not None:
+                    data = self.window.keep(rid, data, reader.stride)
                 if not data:
                     continue
                 self.writer.write_ring(rid, data)
@@ -292,6 +297,9 @@ class Recorder:
             for plugin in plugins:
                 plugin.before_launch(ctx)
             consumer.plugins = plugins
+            if cfg.delay:
+                consumer.window = CaptureWindow(ctx.now_ns() + int(cfg.delay * 1e9))
+                ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
             consumer.start()
             self.start_time = time.monotonic()
             if cfg.pid:

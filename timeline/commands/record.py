@@ -86,6 +86,8 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
+@click.option("--delay", type=_Seconds(), help="Record events only after this many seconds; "
+              "the process tree and thread names are followed from the start.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help="Event families, comma separated (proc is always on). Known: sched, cuda, ioctl, block, counters.")
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
@@ -105,7 +107,7 @@ def _parse_events(value: str) -> tuple[str, ...]:
 @click.option("--sample-interval", type=float, default=0.5, show_default=True, metavar="S",
               help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) samples; 0 turns them off.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
+def record(output, fmt, pid, duration, delay, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
            command, cuda_libs=(), cuda_mode="full", ioctl_mode="gpu", sample_interval=0.2):
     """Record COMMAND (after --) or --pid N into a trace.
 
@@ -133,6 +135,7 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
                        poll_interval=flush_interval, owner=owner)
     cfg.cuda_libs, cfg.cuda_mode = tuple(cuda_libs), cuda_mode
     cfg.ioctl_mode, cfg.sample_interval = ioctl_mode, sample_interval
+    cfg.delay = delay or 0.0
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
         res = Recorder(cfg, status=status if status.enabled else None).run()
