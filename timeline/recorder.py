@@ -20,7 +20,7 @@ import psutil
 
 from . import __version__, events, libbpf
 from .bpf_session import FAMILIES, BpfSession
-from .capture import CaptureWindow
+from .capture import CaptureWindow, toggle_recording
 from .errors import UserError
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
@@ -247,7 +247,7 @@ class Recorder:
         self._signals.append(signum)
 
     def _install_signals(self):
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
         return lambda: [signal.signal(s, h) for s, h in old.items()]
 
     # -- main ---------------------------------------------------------------
@@ -368,6 +368,9 @@ class Recorder:
                 return "target exited", 0
             while self._signals:
                 sig = self._signals.pop(0)
+                if sig == signal.SIGUSR1:  # toggle recording (timeline.capture)
+                    toggle_recording(consumer, self.ctx)
+                    continue
                 if proc is None:  # attach mode: stop recording, leave the target alone
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
