@@ -22,6 +22,7 @@ import psutil
 from . import __version__, events, libbpf
 from .bpf_session import BpfSession
 from .errors import MachineError, UserError
+from .capture import CaptureWindow, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
 from .ranks import RankWatcher
@@ -47,6 +48,8 @@ class RecordConfig:
     owner: object = None  # the invoking user (target.RunAs) who creates and owns output files; None: us
     # family -> its options dataclass (registry.family_options); a family not here has its defaults
     options: dict[str, object] = field(default_factory=dict)
+    delay: float = 0.0  # --delay: seconds before non-proc records are kept (timeline.capture)
+from .capture import CaptureWindow, toggle_recording
 
 
 @dataclass
@@ -129,6 +132,7 @@ class _Consumer(threading.Thread):
         self.plugins: list = []
         self._ranks = RankWatcher()  # rank variables, read once per process image
         self.ctx: RecorderContext | None = None
+        self.window: CaptureWindow | None = None  # --delay (timeline.capture)
         self.error: BaseException | None = None
         self.disk_full: RawLogFull | None = None  # recording stopped: no room for the raw log
 
@@ -137,6 +141,8 @@ class _Consumer(threading.Thread):
         with self.lock:
             for rid, reader in self.session.readers.items():
                 data = reader.drain()
+                if data and self.window is not None:
+                    data = self.window.keep(rid, data, reader.stride)
                 if not data:
                     continue
                 self.writer.write_ring(rid, data)
@@ -245,7 +251,7 @@ class Recorder:
         self._signals.append(signum)
 
     def _install_signals(self):
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
         return lambda: [signal.signal(s, h) for s, h in old.items()]
 
     # -- main ---------------------------------------------------------------
@@ -298,6 +304,9 @@ class Recorder:
             for plugin in plugins:
                 plugin.before_launch(ctx)
             consumer.plugins = plugins
+            if cfg.delay:
+                consumer.window = CaptureWindow(ctx.now_ns() + int(cfg.delay * 1e9))
+                ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
             consumer.start()
             self.start_time = time.monotonic()
             if cfg.pid:
@@ -366,6 +375,9 @@ class Recorder:
                 return "target exited", 0
             while self._signals:
                 sig = self._signals.pop(0)
+                if sig == signal.SIGUSR1:  # toggle recording (timeline.capture)
+                    toggle_recording(consumer, self.ctx)
+                    continue
                 if proc is None:  # attach mode: stop recording, leave the target alone
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1

@@ -130,6 +130,8 @@ def _family_options(fn):
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
+@click.option("--delay", type=_Seconds(), help="Record events only after this many seconds; "
+              "the process tree and thread names are followed from the start.")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help=events_help())
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
@@ -142,7 +144,7 @@ def _family_options(fn):
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
 @_family_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
+def record(output, fmt, pid, duration, delay, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
            command, **family_values):
     """Record COMMAND (after --) or --pid N into a trace.
 
@@ -168,7 +170,8 @@ def record(output, fmt, pid, duration, events_, raw_only, keep_raw, as_root, buf
     check_writable(raw, owner)
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
                        duration=duration, as_root=as_root, ring_mib=dict(buffer_size or {}),
-                       poll_interval=flush_interval, owner=owner, options=family_options(family_values))
+                       poll_interval=flush_interval, owner=owner, options=family_options(family_values),
+                       delay=delay or 0.0)
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
         res = Recorder(cfg, status=status if status.enabled else None).run()
