@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import events
+from .registry import RING_DTYPES
 
 _OPEN = (1 << 64) - 1
 
@@ -45,7 +46,7 @@ class CaptureWindow:
         rows = np.frombuffer(data, dtype=np.uint8)
         n = rows.size // stride
         rows = rows[: n * stride].reshape(n, stride)
-        off = events.RINGBUF_HDR + events.RING_STRUCTS[ring][1].fields["ts"][1]
+        off = events.RINGBUF_HDR + RING_DTYPES[ring].fields["ts"][1]
         ts = rows[:, off : off + 8].copy().view("<u8").ravel()
         a, b = self.intervals[-1]
         if ts.size and a <= ts.min() and ts.max() < b:  # the whole batch is on: no copy
