@@ -247,3 +247,14 @@ def test_kernel_names_from_registration_handles_and_mapped_strings(tmp_path):
                          "at::native::FillFunctor<float>)"
     # registration and handle lookups feed names; they are not slices
     assert not names & {"__cudaRegisterFunction", "__cudaGetKernel", "cuKernelGetFunction"}
+
+
+def test_probe_roles_are_members_and_a_misspelt_role_fails():
+    """Roles are shared by probes.py, decode.py and converter.py: an enum, so a
+    typo fails loudly instead of silently skipping the converter's branch (issue 10)."""
+    from timeline.cuda.probes import PROBES, Role
+    assert all(isinstance(p.role, Role) for p in PROBES)
+    used = {p.role for p in PROBES} - {Role.NONE}
+    assert used == set(Role) - {Role.NONE}, set(Role) - used  # no member without a probe
+    with pytest.raises(ValueError):
+        Role("launch_rtt")

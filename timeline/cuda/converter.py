@@ -24,16 +24,16 @@ from .. import events as ev
 from ..converters.families import FamilyConverter
 from ..converters.track_events import Column, ColumnSet
 from .decode import MEMCPY_KINDS, decode_columns, launch_func, name_of, probe_table, unique_rows
-from .probes import CATEGORY, NCCL, RUNTIME
+from .probes import CATEGORY, NCCL, RUNTIME, Role
 from .resolve import MapsIndex
 from .symbols import demangle
 
 BIN_NS = 100_000_000  # rate counters: 0.1 s bins
-LAUNCH_ROLES = ("launch_rt", "launch_cfg", "launch_cu")
-BOOKKEEPING = ("register_function", "kernel_handle")  # feed kernel names; no slices (tens of thousands at import)
-GRAPH_ROLES = ("capture_begin", "capture_end", "instantiate", "graph_launch")
-PASS1_ROLES = {*LAUNCH_ROLES, *GRAPH_ROLES, *BOOKKEEPING, "function_name", "comm_init", "alloc_dev", "alloc_host",
-               "free_dev", "free_host", "copy", "copy2d", "copy_peer"}
+LAUNCH_ROLES = (Role.LAUNCH_RT, Role.LAUNCH_CFG, Role.LAUNCH_CU)
+BOOKKEEPING = (Role.REGISTER_FUNCTION, Role.KERNEL_HANDLE)  # feed kernel names; no slices (tens of thousands at import)
+GRAPH_ROLES = (Role.CAPTURE_BEGIN, Role.CAPTURE_END, Role.INSTANTIATE, Role.GRAPH_LAUNCH)
+PASS1_ROLES = {*LAUNCH_ROLES, *GRAPH_ROLES, *BOOKKEEPING, Role.FUNCTION_NAME, Role.COMM_INIT, Role.ALLOC_DEV, Role.ALLOC_HOST,
+               Role.FREE_DEV, Role.FREE_HOST, Role.COPY, Role.COPY2D, Role.COPY_PEER}
 FLOW_BASE = 0xC0DA << 32  # flow ids of this family (unique in the trace)
 BATCH = 1 << 14           # calls per bulk write (larger: little faster, more memory)
 # Allocations and frees seen in pass 1: t is when the counter changes (an
@@ -94,31 +94,31 @@ class CudaConverter(FamilyConverter):
                 continue
             g, gok = recs[sel], ok[sel]
             role, a = p.role, g["args"]
-            if role == "register_function":
+            if role == Role.REGISTER_FUNCTION:
                 for pid, host, name in zip(g["tgid"].tolist(), a[:, 1].tolist(), a[:, 3].tolist()):
                     self.registered[(pid, host)] = name
-            elif role == "kernel_handle":
+            elif role == Role.KERNEL_HANDLE:
                 for r in g[gok & has_out[sel]]:
                     self.handles[(int(r["tgid"]), int(r["out"]))] = int(r["args"][1])
-            elif role == "function_name":
+            elif role == Role.FUNCTION_NAME:
                 for r in g[gok & has_out[sel]]:
                     self.fn_name_ptr[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]), int(r["ts"]))
             elif role in GRAPH_ROLES:
                 self.graph_ev += zip(g["ts"].tolist(), g["tid"].tolist(), [role] * g.size, g["tgid"].tolist(),
                                      a[:, 0].tolist(), a[:, 1].tolist(), g["out"].tolist(), gok.tolist())
-                if role == "graph_launch":
+                if role == Role.GRAPH_LAUNCH:
                     self._rates(g["tgid"][gok], g["ts"][gok], "cuda.graph_launches_per_s", np.ones(int(gok.sum())))
-            elif role == "comm_init":
+            elif role == Role.COMM_INIT:
                 for r in g[gok & has_out[sel]]:
                     self.comms[(int(r["tgid"]), int(r["out"]))] = (int(r["args"][2]) & 0xFFFFFFFF,
                                                                    int(r["args"][1]) & 0xFFFFFFFF)
-            elif role in ("alloc_dev", "alloc_host"):
+            elif role in (Role.ALLOC_DEV, Role.ALLOC_HOST):
                 self._mem(g[gok & has_out[sel] & (g["out"] != 0)], role)
-            elif role in ("free_dev", "free_host"):
+            elif role in (Role.FREE_DEV, Role.FREE_HOST):
                 self._mem(g[gok], role)
-            elif role in ("copy", "copy2d", "copy_peer"):
+            elif role in (Role.COPY, Role.COPY2D, Role.COPY_PEER):
                 g, a = g[gok], a[gok]
-                nbytes = (a[:, 4] * a[:, 5] if role == "copy2d" else a[:, self._slot(p, "bytes")]).astype(np.float64)
+                nbytes = (a[:, 4] * a[:, 5] if role == Role.COPY2D else a[:, self._slot(p, "bytes")]).astype(np.float64)
                 for kind, m in self._copy_kinds(p, a):
                     self._rates(g["tgid"][m], g["ts"][m], "cuda.memcpy_bytes_per_s." + kind, nbytes[m])
 
@@ -218,19 +218,19 @@ class CudaConverter(FamilyConverter):
 
         for ts, tid, role, pid, a0, a1, out, ok in sorted(self.graph_ev):
             key = (tid, ts)
-            if role == "capture_begin" and ok:
+            if role == Role.CAPTURE_BEGIN and ok:
                 begun[(pid, a0)] = key
-            elif role == "capture_end" and ok and out:
+            elif role == Role.CAPTURE_END and ok and out:
                 src = begun.pop((pid, a0), None)
                 if src:
                     link(src, key)
                 graphs[(pid, out)] = key
-            elif role == "instantiate" and ok and out:
+            elif role == Role.INSTANTIATE and ok and out:
                 src = graphs.get((pid, a1))
                 if src and self.flows.get(src, [None, None])[1] is None:
                     link(src, key)
                 execs[(pid, out)] = key
-            elif role == "graph_launch":
+            elif role == Role.GRAPH_LAUNCH:
                 src = execs.get((pid, a0))
                 if src:
                     link(src, key)
@@ -293,7 +293,7 @@ class CudaConverter(FamilyConverter):
                 extra += self._kernels(p, group)
             if p.api == NCCL:
                 extra += self._nccl(p, group)
-            elif p.role in ("free_dev", "free_host"):
+            elif p.role in (Role.FREE_DEV, Role.FREE_HOST):
                 extra.append(self._free_sizes(group))
             for c in extra:
                 if c.present is None:
@@ -345,12 +345,12 @@ class CudaConverter(FamilyConverter):
 
     def _nccl(self, p, group) -> list[Column]:
         """NCCL: who am I (RANK/WORLD_SIZE, else the communicator's rank and size)."""
-        comm = group["args"][:, self._comm_slot(p)] if p.role == "collective" else np.zeros(group.size, np.uint64)
+        comm = group["args"][:, self._comm_slot(p)] if p.role == Role.COLLECTIVE else np.zeros(group.size, np.uint64)
         first, inv = unique_rows(group["tgid"], comm)
         rows = []
         for pid, c in zip(group["tgid"][first].tolist(), comm[first].tolist()):
             rank, world = self.maps.rank(pid)
-            cm = self.comms.get((pid, c)) if p.role == "collective" else None
+            cm = self.comms.get((pid, c)) if p.role == Role.COLLECTIVE else None
             if rank is None and cm:
                 rank, world = cm
             rows.append((*(cm or (None, None)), rank, world))

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import events as ev
 from ..converters.track_events import Column
-from .probes import BY_NAME, DRIVER, NCCL, RUNTIME, Probe
+from .probes import BY_NAME, DRIVER, NCCL, RUNTIME, Probe, Role
 
 MEMCPY_KINDS = {0: "H2H", 1: "H2D", 2: "D2H", 3: "D2D", 4: "default"}
 NCCL_TYPES = {0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
@@ -78,16 +78,16 @@ def _dims(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> list[str]:
 
 def launch_func(p: Probe, a: np.ndarray) -> np.ndarray:
     """Function pointer (runtime) or CUfunction handle (driver) of launch records."""
-    return a[:, 1] if p.role == "launch_cfg" else a[:, 0]
+    return a[:, 1] if p.role == Role.LAUNCH_CFG else a[:, 0]
 
 
 def launch_geometry(p: Probe, a: np.ndarray) -> tuple[np.ndarray, list[str], list[str]]:
     """(function pointer or handle, grid, block) columns of launch records."""
     lo = lambda c: (c & 0xFFFFFFFF).astype(np.uint32)  # noqa: E731
     hi = lambda c: (c >> 32).astype(np.uint32)  # noqa: E731
-    if p.role == "launch_rt":  # dim3 by value: x|y<<32 in one register, z in the next
+    if p.role == Role.LAUNCH_RT:  # dim3 by value: x|y<<32 in one register, z in the next
         return a[:, 0], _dims(lo(a[:, 1]), hi(a[:, 1]), lo(a[:, 2])), _dims(lo(a[:, 3]), hi(a[:, 3]), lo(a[:, 4]))
-    if p.role == "launch_cfg":  # config struct: grid xyz, block xyz as six u32 from slot 4
+    if p.role == Role.LAUNCH_CFG:  # config struct: grid xyz, block xyz as six u32 from slot 4
         return (a[:, 1], _dims(lo(a[:, 4]), hi(a[:, 4]), lo(a[:, 5])),
                 _dims(hi(a[:, 5]), lo(a[:, 6]), hi(a[:, 6])))
     # cuLaunchKernel: nine scalar arguments, blockDimZ on the stack
@@ -115,14 +115,14 @@ def decode_group(p: Probe, recs: np.ndarray) -> list[dict]:
         else:
             for r, v in zip(rows, vals):
                 r[key] = v
-    if p.role in ("launch_rt", "launch_cfg", "launch_cu"):
+    if p.role in (Role.LAUNCH_RT, Role.LAUNCH_CFG, Role.LAUNCH_CU):
         _, grid, block = launch_geometry(p, a)
         for r, g, b in zip(rows, grid, block):
             r["grid"], r["block"] = g, b
-    if p.role == "copy2d":
+    if p.role == Role.COPY2D:
         for r, b in zip(rows, (a[:, 4] * a[:, 5]).tolist()):
             r["bytes"] = b
-    if p.role == "collective":
+    if p.role == Role.COLLECTIVE:
         for r in rows:
             size = next((s for name, s in NCCL_TYPES.values() if name == r.get("datatype")), 0)
             if size:
@@ -195,18 +195,18 @@ def decode_columns(p: Probe, recs: np.ndarray) -> list[Column]:
             cols[key] = _field_column(key, fmt, a[:, slot])
     lo = lambda c: (c & 0xFFFFFFFF).astype(np.uint32)  # noqa: E731
     hi = lambda c: (c >> 32).astype(np.uint32)  # noqa: E731
-    if p.role == "launch_rt":
+    if p.role == Role.LAUNCH_RT:
         cols["grid"] = _dims_column("grid", lo(a[:, 1]), hi(a[:, 1]), lo(a[:, 2]))
         cols["block"] = _dims_column("block", lo(a[:, 3]), hi(a[:, 3]), lo(a[:, 4]))
-    elif p.role == "launch_cfg":
+    elif p.role == Role.LAUNCH_CFG:
         cols["grid"] = _dims_column("grid", lo(a[:, 4]), hi(a[:, 4]), lo(a[:, 5]))
         cols["block"] = _dims_column("block", hi(a[:, 5]), lo(a[:, 6]), hi(a[:, 6]))
-    elif p.role == "launch_cu":
+    elif p.role == Role.LAUNCH_CU:
         cols["grid"] = _dims_column("grid", lo(a[:, 1]), lo(a[:, 2]), lo(a[:, 3]))
         cols["block"] = _dims_column("block", lo(a[:, 4]), lo(a[:, 5]), lo(a[:, 6]))
-    if p.role == "copy2d":
+    if p.role == Role.COPY2D:
         cols["bytes"] = Column("bytes", "int", a[:, 4] * a[:, 5])
-    if p.role == "collective":
+    if p.role == Role.COLLECTIVE:
         dt = cols["datatype"]
         size = np.array([next((sz for nm, sz in NCCL_TYPES.values() if nm == s), 0) for s in dt.strings],
                         np.uint64)[dt.values]
