@@ -407,3 +407,18 @@ def test_event_dtypes_unchanged():
     # the converters index these fields by name; fail loudly if the layout moves
     assert set(ev.SCHED_EVENT.names) >= {"ts", "tid", "target_tid", "arg", "prio", "cpu", "kind", "flags"}
     assert set(ev.PROC_EVENT.names) >= {"child_tid", "child_tgid", "exit_code", "comm", "old_comm", "data"}
+
+
+def test_both_writers_offer_the_trace_writer_interface(tmp_path):
+    """The conversion loop talks to writers through one Protocol (issue 10)."""
+    import io
+    from timeline.converters.chrome_json import ChromeJsonWriter
+    from timeline.converters.model import scan
+    from timeline.converters.perfetto_writer import PerfettoWriter
+    from timeline.converters.writer import TraceWriter
+    from rawlog_factory import scenario
+    m = scan(scenario(tmp_path / "a.tlraw"))
+    for cls in (PerfettoWriter, ChromeJsonWriter):
+        w = cls(io.BytesIO(), m)
+        assert isinstance(w, TraceWriter), cls
+    assert not isinstance(object(), TraceWriter)

@@ -19,6 +19,8 @@ import sys
 from ..rawlog import Damage, RawLogError
 from . import families as _families
 from . import model as _model
+from .model import ItemKind
+from .writer import TraceWriter
 
 __all__ = ["convert", "ConvertResult", "FORMATS", "format_for", "RawLogError"]
 
@@ -72,6 +74,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         f = raw_f
         if fmt == "chrome" and out_path.endswith(".gz"):
             f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
+        w: TraceWriter
         if fmt == "perfetto":
             from .perfetto_writer import PerfettoWriter
             w = PerfettoWriter(f, m)
@@ -81,17 +84,17 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         w.begin()
         for item in _model.stream(m, norm, progress, size, total):
             events += item.nrec
-            if item.kind == "sched":
+            if item.kind is ItemKind.SCHED:
                 w.sched(item.chunks)
-            elif item.kind == "proc":
+            elif item.kind is ItemKind.PROC:
                 w.proc(item.recs)
-            elif item.kind == "procs":
+            elif item.kind is ItemKind.PROCS:
                 w.snapshot(item.meta)
-            elif item.kind == "ring":
+            elif item.kind is ItemKind.RING:
                 for fam in m.families:
                     if item.ring in fam.rings:
                         fam.emit_ring(w.sink, item.ring, item.recs)
-            elif item.kind == "meta":
+            elif item.kind is ItemKind.META:
                 for fam in m.families:
                     if item.meta.get("type") in fam.metas:
                         fam.emit_meta(w.sink, item.meta)
@@ -105,7 +108,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
     return ConvertResult(events=events, damage=m.damage, finalized=m.finalized,
                          out_bytes=atomic.size, drops=m.drops,
                          out_path=out_path, synthetic_switches=norm.synthetic,
-                         switches=getattr(w, "n_switch", 0), switch_bytes=getattr(w, "switch_bytes", 0))
+                         switches=w.n_switch, switch_bytes=w.switch_bytes)
 
 
 class _AtomicOutput:

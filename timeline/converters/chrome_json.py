@@ -176,6 +176,7 @@ class ChromeJsonWriter:
         self._n_joins = 0
         # Families (CUDA, I/O, counters...) write events through this.
         self.sink = ChromeTrackSink(model.thread_tgid)
+        self.n_switch = self.switch_bytes = 0  # TraceWriter: the text sched lines are not counted
 
     def _w(self, s: str) -> None:
         self._wb(s.encode())

@@ -31,6 +31,7 @@ Sched normalisation (the same for both outputs):
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from typing import Callable, Iterator
 
@@ -536,10 +537,20 @@ class SchedNormalizer:
         return e is not None and e <= ts
 
 
+class ItemKind(str, enum.Enum):
+    """What an Item of the second pass carries (a member, not a bare string:
+    the converter's dispatch cannot silently miss a misspelt kind)."""
+    SCHED = "sched"  # sched ring records, per-CPU chunks
+    PROC = "proc"    # proc ring records
+    PROCS = "procs"  # a process-table snapshot meta
+    RING = "ring"    # a family's ring records
+    META = "meta"    # a family's meta
+
+
 @dataclasses.dataclass
 class Item:
     """One step of the second pass."""
-    kind: str                  # "sched" | "proc" | "procs" | "ring" (a family's) | "meta" (a family's)
+    kind: ItemKind
     chunks: list | None = None  # sched: list[CpuSched]
     recs: np.ndarray | None = None  # proc: PROC_EVENT records in time order
     meta: dict | None = None   # procs snapshot
@@ -559,18 +570,18 @@ def stream(model: LogModel, normalizer: SchedNormalizer, progress: Progress = No
                 recs = _decode(blk, RING_DTYPES)
                 if recs is not None and recs.size:
                     if blk.ring == ev.RING_SCHED:
-                        yield Item("sched", chunks=normalizer.chunks(recs), nrec=int(recs.size))
+                        yield Item(ItemKind.SCHED, chunks=normalizer.chunks(recs), nrec=int(recs.size))
                     elif blk.ring == ev.RING_PROC:
                         recs = recs[np.lexsort((recs["ts"], recs["cpu"]))]
-                        yield Item("proc", recs=recs, nrec=int(recs.size))
+                        yield Item(ItemKind.PROC, recs=recs, nrec=int(recs.size))
                     elif blk.ring in family_rings:
-                        yield Item("ring", recs=recs, nrec=int(recs.size), ring=blk.ring)
+                        yield Item(ItemKind.RING, recs=recs, nrec=int(recs.size), ring=blk.ring)
             elif blk.kind == KIND_META:
                 meta = blk.json()
                 if meta.get("type") == "procs":
-                    yield Item("procs", meta=meta)
+                    yield Item(ItemKind.PROCS, meta=meta)
                 elif meta.get("type") in family_metas:
-                    yield Item("meta", meta=meta)
+                    yield Item(ItemKind.META, meta=meta)
             if progress:
                 progress(done0 + blk.offset + len(blk.payload), total)
 
