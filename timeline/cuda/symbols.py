@@ -4,19 +4,16 @@ pyelftools parses the headers; the symbol tables themselves are read as
 numpy arrays (Elf64_Sym), so a library with a million symbols (libtorch_cuda)
 is searched without a Python loop per symbol.
 
-Demangling uses __cxa_demangle from libstdc++ (ctypes): the Itanium C++ ABI
-demangler of GCC itself, present wherever CUDA or PyTorch run, so timeline
-needs no extra package and no subprocess (llvm-cxxfilt is a build-only tool
-here; the `cxxfilt` PyPI package is a thin wrapper over this same function).
+Demangling is timeline.demangle (libstdc++'s __cxa_demangle over ctypes).
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 
 import numpy as np
 from elftools.elf.elffile import ELFFile
+
+from ..demangle import demangle  # noqa: F401  (re-exported: the converter names kernels with it)
 
 SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                 ("value", "<u8"), ("size", "<u8")])
@@ -135,42 +132,3 @@ def elf_symbols(path: str) -> ElfSymbols | None:
         return ElfSymbols(path)
     except Exception:  # missing, unreadable or not ELF: callers fall back to lib+offset
         return None
-
-
-def _cxa_demangle():
-    for name in ("libstdc++.so.6", ctypes.util.find_library("stdc++")):
-        if not name:
-            continue
-        try:
-            fn = ctypes.CDLL(name).__cxa_demangle
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_void_p
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-        return fn
-    return None
-
-
-_demangler = None
-_free = ctypes.CDLL(None).free
-_free.argtypes = [ctypes.c_void_p]
-
-
-@functools.lru_cache(maxsize=65536)
-def demangle(name: str) -> str:
-    """A C++ (Itanium ABI) symbol demangled; other names unchanged."""
-    global _demangler
-    if not name.startswith("_Z"):
-        return name
-    if _demangler is None:
-        _demangler = _cxa_demangle() or False
-    if not _demangler:
-        return name
-    status = ctypes.c_int(0)
-    ptr = _demangler(name.encode(), None, None, ctypes.byref(status))
-    if not ptr or status.value != 0:
-        return name
-    try:
-        return ctypes.string_at(ptr).decode("utf-8", "replace")
-    finally:
-        _free(ptr)

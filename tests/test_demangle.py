@@ -1,4 +1,4 @@
-from timeline.gpu.demangle import demangle
+from timeline.demangle import demangle
 
 
 def test_kernel_names_demangled():
