@@ -39,6 +39,10 @@ def test_read_live_process_and_bound():
     p = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          env={"RANK": "2", "WORLD_SIZE": "4"})
     q = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    # Popen returns when the child's exec released the old memory, before the new
+    # image's environment is set up (/proc/PID/environ reads empty then): wait
+    # until the children run. The recorder reads at the exec event, after set-up.
+    p.stdout.readline(), q.stdout.readline()
     try:
         assert ranks.read_ranks(p.pid) == {"rank": 2, "world_size": 4}
         # PMI_SIZE lies past the bound (dicts keep order: it is last in environ): not read
@@ -74,7 +78,9 @@ def test_torchrun_ranks_recorded(tmp_path):
     require_root()
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    torchrun = shutil.which("torchrun") or pytest.fail("torchrun not installed")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")  # the venv's, not PATH's
+    if not os.path.exists(torchrun):
+        pytest.fail(f"torchrun not installed next to {sys.executable}")
     out = tmp_path / "run.json"
     r = timeline_cmd("record", "-e", "sched", "--keep-raw", "-o", str(out), "--", torchrun,
                      "--nproc-per-node", "2", "--master-port", "29531", str(script), timeout=300)

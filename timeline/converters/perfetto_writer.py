@@ -57,7 +57,6 @@ from .track_events import PerfettoTrackSink
 
 SEQ_ID = 1
 SEQ_ID_COUNTERS = 2
-RANK_TRACK_UUID = 1 << 62  # | pid: apart from the track sink's small uuids
 MAX_BUNDLE = 65536          # events per compact_sched bundle
 CLONE_VM = 0x100
 CLONE_SIGHAND = 0x800
@@ -313,12 +312,16 @@ class PerfettoWriter:
                 continue
             last = max([t for t, _, _ in p.history if t is not None] + [p.start_ts or 0, self.m.start_ts()])
             pkt = pb.TracePacket(timestamp=min(last + 2, p.end_ts if p.end_ts is not None else end))
-            pkt.track_descriptor.uuid = RANK_TRACK_UUID | pid
+            # the uuid of the process's own track (the sink's): a second process
+            # descriptor with another uuid makes trace_processor start a ghost process
+            pkt.track_descriptor.uuid = self.sink._process_track(pid, pkt.timestamp)
             d = pkt.track_descriptor.process
             d.pid = pid
             d.process_name = label
             d.process_labels.extend(f"{k}={p.ranks[k]}" for k in RANK_VARS if k in p.ranks)  # rank first
-            self._packet(pkt)
+            # on the sequence of the other process/thread descriptors: on the sched
+            # sequence trace_processor would bind it to a second, ghost process
+            self.sink._pb_packet(pkt, threads=True)
 
     # -- end
     def finish(self) -> None:
