@@ -23,7 +23,9 @@ command -v "$PY" >/dev/null || die "no $PY found: install Python >= 3.10 (Debian
     || die "$("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') is too old: timeline needs Python >= 3.10 (set PYTHON=...)"
 
 have() { dpkg -s "$1" >/dev/null 2>&1; }
-candidate() { apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [^(]'; }
+# grep reads all of it (not -q): under pipefail an early exit of grep would
+# make apt-cache die of SIGPIPE and the package look unavailable.
+candidate() { apt-cache policy "$1" 2>/dev/null | grep 'Candidate: [^(]' >/dev/null; }
 need=()
 for pkg in clang llvm libbpf-dev libbpf1 util-linux; do
     have "$pkg" || need+=("$pkg")
