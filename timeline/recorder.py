@@ -312,9 +312,12 @@ class Recorder:
             if cfg.pid:
                 ctx.target_pids = self._attach_tree(session, ctx, cfg.pid)
             else:
+                extra_env: dict[str, str] = {}
+                for plugin in plugins:
+                    extra_env.update(plugin.launch_env(ctx))
                 session.arm_launch(True)
                 try:
-                    proc = launch(cfg.command, run_as)
+                    proc = launch(cfg.command, run_as, extra_env)
                 finally:
                     session.arm_launch(False)
                 ctx.target_pids = [proc.pid]
@@ -456,6 +459,9 @@ class Recorder:
                     consumer.ctx.summary.append(f"warning: {plugin.family}: {e}")
             session.detach()
             drops, causes = session.drops(), session.drop_causes()
+            for plugin in plugins:
+                for fam, n in plugin.drops().items():
+                    drops[fam] = [*drops.get(fam, []), n]
             try:
                 if consumer.disk_full is None:
                     consumer.drain_once()

@@ -144,6 +144,11 @@ class RecorderPlugin:
     def before_launch(self, ctx: RecorderContext) -> None:
         """BPF is loaded and attached; the target has not started yet."""
 
+    def launch_env(self, ctx: RecorderContext) -> dict[str, str]:
+        """Variables to add to the launched command's environment (after
+        before_launch; not called in attach mode)."""
+        return {}
+
     def on_target(self, ctx: RecorderContext) -> None:
         """ctx.target_pids is known (launched, or the attached tree)."""
 
@@ -152,6 +157,11 @@ class RecorderPlugin:
 
     def stop(self, ctx: RecorderContext) -> None:
         """Recording ends: before the final drain and the END block."""
+
+    def drops(self) -> dict[str, int]:
+        """After stop: records this plugin knows were lost, by family (for
+        families whose records do not come through a BPF ring)."""
+        return {}
 
 
 def load(families, cfg) -> list[RecorderPlugin]:

@@ -239,8 +239,12 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
                 recs = _decode(blk, RING_DTYPES)
                 if recs is None or recs.size == 0:
                     continue
-                _note_ts(m, recs["ts"])
-                m.cpus.update(np.unique(recs["cpu"]).tolist())
+                names = recs.dtype.names
+                # Rings a plugin writes (gpu: CUPTI records) time their records
+                # by `start` and run on no CPU of ours.
+                _note_ts(m, recs["ts" if "ts" in names else "start"])
+                if "cpu" in names:
+                    m.cpus.update(np.unique(recs["cpu"]).tolist())
                 if blk.ring in ring_fams:
                     ring_fams[blk.ring].scan_ring(blk.ring, recs)
                 elif blk.ring == ev.RING_PROC:
