@@ -198,3 +198,35 @@ def test_target_running_as_the_invoking_user(libs, udir):
     recs = gpu_records(log)
     assert (recs["kind"] == records.KERNEL).any(), cp.stderr
     assert int(log["header"]["recorder_pid"]) != int(recs["pid"][0])
+
+
+TWO_BATCHES = """
+import os, sys, time
+from ctypes import byref, c_void_p
+from cuda_workload import dim3, load
+rt = load(os.path.join(sys.argv[1], "libcudart.so.12"))
+load(os.path.join(sys.argv[1], "libcuda.so.1"))
+dev = c_void_p()
+rt.cudaMalloc(byref(dev), 1 << 20)  # cuInit: the injection library starts
+for batch in (1, 2):
+    for _ in range(5):
+        rt.cudaLaunchKernel(c_void_p(0xf00d), dim3(batch, 1, 1), dim3(32, 1, 1), None, 0, None)
+    time.sleep(1.0)  # past the library's 200 ms flush
+"""
+
+
+def test_delay_window_applies_to_gpu_records(libs, tmp_path):
+    """--delay: GPU records from before the window are left out like every other ring's."""
+    require_root()
+    raw = str(tmp_path / "delay.tlraw")
+    d = os.path.dirname(libs["libcudart.so.12"])
+    cp = timeline_cmd("record", "--raw-only", "--delay", "0.6", "-o", raw, "--", sys.executable, "-c",
+                      TWO_BATCHES, d, env=workload_env())
+    assert cp.returncode == 0, cp.stderr
+    log = read_raw(raw)
+    (cap,) = [m for m in metas(log, "capture") if "start" in m]
+    recs = gpu_records(log)
+    kernels = recs[recs["kind"] == records.KERNEL]
+    assert (kernels["grid"][:, 0] == 2).sum() == 5, cp.stderr  # the batch inside the window, whole
+    assert (recs["start"] >= cap["start"]).all()
+    assert len(kernels) == 5  # the first batch ran before it (0.1-0.2 s after launch)

@@ -46,7 +46,8 @@ class CaptureWindow:
         rows = np.frombuffer(data, dtype=np.uint8)
         n = rows.size // stride
         rows = rows[: n * stride].reshape(n, stride)
-        off = events.RINGBUF_HDR + RING_DTYPES[ring].fields["ts"][1]
+        fields = RING_DTYPES[ring].fields
+        off = events.RINGBUF_HDR + fields["ts" if "ts" in fields else "start"][1]  # gpu records: start
         ts = rows[:, off : off + 8].copy().view("<u8").ravel()
         a, b = self.intervals[-1]
         if ts.size and a <= ts.min() and ts.max() < b:  # the whole batch is on: no copy

@@ -297,6 +297,7 @@ class Recorder:
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
+        ctx.window_holder = consumer
         proc: subprocess.Popen | None = None
         reason, code = "target exited", 0
         try:

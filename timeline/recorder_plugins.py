@@ -26,7 +26,7 @@ import numpy as np
 from . import events
 from .family import load_spec
 from .rawlog import RawLogWriter
-from .registry import FAMILIES, options_of
+from .registry import FAMILIES, RING_DTYPES, options_of
 
 RECONCILE_S = 2.0  # s between looks at the proc ring's drop count (see reconcile_processes)
 
@@ -50,6 +50,9 @@ class RecorderContext:
         self._plock = threading.Lock()
         self._reconcile_at = time.monotonic() + RECONCILE_S
         self._proc_lost = 0
+        # What holds the capture window (--delay, SIGUSR1): records a plugin
+        # writes pass through it like drained ones.  Set by the recorder.
+        self.window_holder = None
 
     @staticmethod
     def now_ns() -> int:
@@ -64,6 +67,11 @@ class RecorderContext:
         """Records produced in user space, laid out like a BPF ring (see
         events.encode_ring_bytes), under a ring id of the family's own."""
         with self._lock:
+            window = getattr(self.window_holder, "window", None)
+            if window is not None:
+                data = window.keep(ring, data, events.ring_stride(RING_DTYPES[ring]))
+                if not data:
+                    return
             self._writer.write_ring(ring, data)
 
     # -- recorded processes -----------------------------------------------
