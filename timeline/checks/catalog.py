@@ -67,7 +67,8 @@ CATALOG: tuple[Check, ...] = (
             "less than what happened (gaps in thread states, missing switches).",
         fix="Record again with a larger --buffer-size (MiB, power of two) or a shorter --flush-interval; "
             "losses the recorder reports as refused by the kernel with room left (summary, 'records refused' "
-            "track) are not helped by a bigger buffer.",
+            "track) are not helped by a bigger buffer, nor are the gpu family's (CUPTI's own buffers filled in "
+            "the traced process, or the injection library's messages were cut short).",
         params=(P("error_fraction", 0.01, "dropped / (recorded + dropped) from which the finding is an "
                                           "error (any drop is at least a warning)", hi=1),)),
     Check(
