@@ -22,6 +22,7 @@ import psutil
 from . import __version__, events, libbpf
 from .bpf_session import BpfSession
 from .errors import MachineError, UserError
+from . import capture
 from .capture import CaptureWindow, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
 from .safe_output import remove
@@ -49,7 +50,6 @@ class RecordConfig:
     # family -> its options dataclass (registry.family_options); a family not here has its defaults
     options: dict[str, object] = field(default_factory=dict)
     delay: float = 0.0  # --delay: seconds before non-proc records are kept (timeline.capture)
-from .capture import CaptureWindow, toggle_recording
 
 
 @dataclass
@@ -76,6 +76,9 @@ def _effective_caps() -> int:
 
 def preflight(cfg: RecordConfig) -> None:
     """Every check that can fail before anything is loaded or launched."""
+    cuda_opts = cfg.options.get("cuda")
+    if cuda_opts is not None and getattr(cuda_opts, "capture_range", "none") != "none" and "cuda" not in cfg.events:
+        raise UserError("--capture-range cudaProfilerApi needs the cuda family (-e ...,cuda)")
     caps = _effective_caps()
     if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
         raise MachineError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
@@ -139,17 +142,31 @@ class _Consumer(threading.Thread):
     def drain_once(self) -> int:
         total = 0
         with self.lock:
-            for rid, reader in self.session.readers.items():
-                data = reader.drain()
-                if data and self.window is not None:
-                    data = self.window.keep(rid, data, reader.stride)
+            batches = [(rid, reader.stride, reader.drain()) for rid, reader in self.session.readers.items()]
+            if self.window is not None:
+                # Window edges first (a capture range's start/stop calls), from
+                # every ring of this drain, then the cut: a record drained from
+                # another ring in the same drain is judged by the new edges.
+                marks = sorted(m for rid, stride, data in batches if data
+                               for plugin in self.plugins
+                               for m in plugin.capture_marks(rid, capture.as_rows(data, stride)))
+                for ts, on in marks:
+                    (self.window.set_on if on else self.window.set_off)(ts)
+                    self.writer.write_meta({"type": "capture", "on" if on else "off": ts, "by": "range"})
+                batches = [(rid, stride, self.window.keep(rid, data, stride, self._always_keep))
+                           for rid, stride, data in batches]
+            for rid, stride, data in batches:
                 if not data:
                     continue
                 self.writer.write_ring(rid, data)
                 total += len(data)
                 if rid == events.RING_PROC and self.ctx is not None:
-                    self.ctx.note_proc_records(data, reader.stride)
+                    self.ctx.note_proc_records(data, stride)
         return total
+
+    def _always_keep(self, ring, rows):
+        masks = [m for m in (p.always_keep(ring, rows) for p in self.plugins) if m is not None]
+        return np.logical_or.reduce(masks) if masks else None
 
     def stop(self) -> None:
         self._stopping = True
@@ -305,7 +322,11 @@ class Recorder:
             for plugin in plugins:
                 plugin.before_launch(ctx)
             consumer.plugins = plugins
-            if cfg.delay:
+            ranges = [r for r in (p.capture_range() for p in plugins) if r]
+            if ranges:  # off until the target opens the range
+                consumer.window = CaptureWindow(capture.NEVER)
+                ctx.write_meta({"type": "capture", "range": ranges[0]})
+            elif cfg.delay:
                 consumer.window = CaptureWindow(ctx.now_ns() + int(cfg.delay * 1e9))
                 ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
             consumer.start()

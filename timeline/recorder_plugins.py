@@ -166,6 +166,21 @@ class RecorderPlugin:
     def stop(self, ctx: RecorderContext) -> None:
         """Recording ends: before the final drain and the END block."""
 
+    def capture_range(self) -> str:
+        """Non-empty: recording starts off and this family's capture_marks
+        open and close it (the name goes into the raw log)."""
+        return ""
+
+    def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
+        """Consumer thread, each drained batch before the capture window is
+        applied: (ts, on) edges of the window found in it (a capture range).
+        rows: capture.as_rows of the batch."""
+        return []
+
+    def always_keep(self, ring: int, rows):
+        """Rows of this family's rings kept outside the capture window (None: none)."""
+        return None
+
     def drops(self) -> dict[str, int]:
         """After stop: records this plugin knows were lost, by family (for
         families whose records do not come through a BPF ring)."""
