@@ -728,10 +728,10 @@ class ChromeTrackSink(TrackSink):
             ev["args"] = {k: v for k, v in args.items() if v is not None}
         self._emit(ev)
         for fid in _flow_ids(flow_out):
-            self._emit({"ph": "s", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid, "name": "flow", "cat": cat})
+            self._emit({"ph": "s", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid, "name": "flow", "cat": "flow"})
         for fid in _flow_ids(flow_in):
             self._emit({"ph": "f", "bp": "e", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid,
-                        "name": "flow", "cat": cat})
+                        "name": "flow", "cat": "flow"})
 
     def instant(self, ts, tid, pid, name, cat, args=None):
         ev = {"ph": "i", "s": "t", "ts": ts / 1000, "pid": self._pid(tid, pid), "tid": tid, "name": name, "cat": cat}
@@ -822,8 +822,9 @@ class ChromeTrackSink(TrackSink):
             out.append(r.const(b"}},\n" if cols else b"},\n").build())
         self._spool.write(b"".join(out))
         self._n += n
+        # A flow's two ends are matched by (cat, name, id): one category for all of them, whatever
+        # families the slices at its ends belong to.
         pid = np.asarray(pid).astype(np.int64)
-        cat_tab = None if isinstance(cat, str) else table([orjson.dumps(x) for x in cat.strings])
         for ids, head in ((flow_out, b'{"ph":"s","id":'), (flow_in, b'{"ph":"f","bp":"e","id":')):
             if ids is None:
                 continue
@@ -833,12 +834,8 @@ class ChromeTrackSink(TrackSink):
                     continue
                 r = Rows(rows.size).const(head).decimal(col[rows]).const(b',"ts":')
                 self._us(r, ts[rows]).const(b',"pid":').decimal(pid[rows]).const(b',"tid":')
-                r.decimal(tid[rows].astype(np.int64)).const(b',"name":"flow","cat":')
-                if cat_tab is None:
-                    r.const(orjson.dumps(cat))
-                else:
-                    r.gather(cat_tab, cat.values[rows])
-                self._spool.write(r.const(b"},\n").build())
+                r.decimal(tid[rows].astype(np.int64)).const(b',"name":"flow","cat":"flow"},\n')
+                self._spool.write(r.build())
                 self._n += rows.size
 
     # -- track groups: a pseudo process per group, a pseudo thread per track (and lane)

@@ -29,7 +29,9 @@ from ..demangle import demangle
 from . import intervals
 from . import records as R
 
-FLOW_BASE = 0x6770 << 40      # flow ids of this family: FLOW_BASE + the record's number in the log
+# flow ids of this family: FLOW_BASE + the record's number in the log (below 2**53: JSON readers
+# parse numbers as doubles)
+FLOW_BASE = 0x6770 << 32
 WORK = (R.KERNEL, R.MEMCPY, R.MEMSET)
 CATEGORY = {R.KERNEL: "gpu_kernel", R.MEMCPY: "gpu_memcpy", R.MEMSET: "gpu_memset"}
 MAX_TRACKS = 4096             # hostile device/stream ids: the rest share one track
