@@ -97,11 +97,8 @@ class CallLinks:
         got = np.full(n, -1, np.int64)  # seq of the matched call
         if self._calls:
             cseq, ctid, cpid, cts, cend = (np.concatenate(c) for c in zip(*self._calls))
-            known = np.isin(tid, ctid) if ctid.size else np.zeros(n, bool)
-            if ctid.size:  # a tid known only in another process is not this one
-                pairs = np.unique(np.stack([cpid, ctid], 1), axis=0)
-                key_c = pairs[:, 0] * (1 << 32) + pairs[:, 1]
-                known &= np.isin(pid * (1 << 32) + tid, key_c)
+            # a tid the writer knows as a thread of this process (pid, tid < 2**32)
+            known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), np.unique((cpid << 32) | (ctid & 0xFFFFFFFF)))
             self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
             self._match(got, ~known, pid, t0, t1, cpid, cseq, cts, cend, outermost=False)
         ok = got >= 0
