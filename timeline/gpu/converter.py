@@ -107,7 +107,7 @@ class GpuConverter(FamilyConverter):
         self._want_flow = np.zeros(0, np.uint64)
         self.api = np.zeros(0, API)
         self._recs: list[np.ndarray] = []                # pass 2: every record, written in finish()
-        self._bases: list[int] = []
+        self._idx: list[np.ndarray] = []                 # their numbers in the log
         self._m = 0
         model.call_links.on_resolve(self._link)
 
@@ -165,8 +165,9 @@ class GpuConverter(FamilyConverter):
 
     # -- pass 2
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
-        self._recs.append(recs)
-        self._bases.append(self._m)
+        keep = recs["kind"] != R.API  # API records were read in pass 1 (self.api)
+        self._recs.append(recs[keep])
+        self._idx.append(np.flatnonzero(keep) + self._m)
         self._m += recs.size
 
     def finish(self, sink) -> None:
@@ -174,9 +175,8 @@ class GpuConverter(FamilyConverter):
         unmatched = links.unmatched()  # resolves (and so calls _link) if nobody asked yet
         if not self._recs:
             return
-        recs = np.concatenate(self._recs)
-        idx = np.concatenate([np.arange(b, b + r.size) for b, r in zip(self._bases, self._recs)])
-        self._recs = []
+        recs, idx = np.concatenate(self._recs), np.concatenate(self._idx)
+        self._recs = self._idx = []
         self._api_slices(sink, unmatched)
         kind = recs["kind"]
         work = np.isin(kind, WORK)
