@@ -186,12 +186,12 @@ class GpuConverter(FamilyConverter):
     # -- the CPU side: API records no cuda-family slice contains
     def _tid_of(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
         """CUPTI's thread id where the log knows it as a thread of pid, else pid (its main thread)."""
-        out = pid.copy()
-        for i, (p, t) in enumerate(zip(pid.tolist(), tid.tolist())):
+        first, inv = _unique_rows(pid, tid)
+        ok = []
+        for p, t in zip(pid[first].tolist(), tid[first].tolist()):
             th = self.model.threads.get(t) if 0 < t < PID_MAX else None
-            if th is not None and th.tgid == p:
-                out[i] = t
-        return out
+            ok.append(th is not None and th.tgid == p)
+        return np.where(np.array(ok, bool)[inv], tid, pid) if first.size else pid.copy()
 
     def _api_slices(self, sink, unmatched: np.ndarray) -> None:
         if not self._want_api.size or not unmatched.any():
