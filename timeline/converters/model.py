@@ -40,6 +40,7 @@ import numpy as np
 from .. import events as ev
 from .. import registry
 from ..rawlog import KIND_END, KIND_META, KIND_RING, Damage, RawLogReader
+from .call_links import CallLinks
 
 OUTSIDE_TID = 4194304  # PID_MAX_LIMIT on 64-bit: no real tid reaches it
 OUTSIDE_COMM = "outside the recording"
@@ -121,6 +122,8 @@ class LogModel:
     damage: Damage | None = None
     finalized: bool = False
     launched_pid: int | None = None  # launch mode: the recorded command's process
+    # flows between families' slices (a call -> the GPU work it caused), see call_links.py
+    call_links: CallLinks = dataclasses.field(default_factory=CallLinks)
 
     @property
     def command_pid(self) -> int | None:

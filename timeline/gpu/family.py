@@ -29,4 +29,5 @@ GPU = Family(
     rings=(Ring(records.RING_GPU, records.GPU_RECORD, "tl_gpu_record", GpuKind),),
     requires="a launched command (not --pid) whose CUDA environment has libcupti",
     plugin="timeline.gpu.plugin:GpuPlugin",
+    converters=("timeline.gpu.converter:GpuConverter",),
 )
