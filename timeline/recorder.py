@@ -466,6 +466,10 @@ class Recorder:
     def _finish(self, session, writer, consumer, reason, code, plugins) -> RecordResult:
         """Detach, drain everything left, write END: always runs."""
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
+        # Recording ends now: what follows (plugins' last look, detaching the
+        # probes, up to ~1 s with many uprobes) is our bookkeeping, not part of
+        # the timeline the user looks at.
+        stop_ts = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
         consumer.stop()
@@ -489,7 +493,7 @@ class Recorder:
                     consumer.drain_once()
                 writer.finish({"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(),
                                "exit_code": code, "reason": reason,
-                               "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+                               "stop_ts": stop_ts})
             except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
                 consumer.disk_full = consumer.disk_full or e
                 reason = "disk full"
