@@ -81,3 +81,66 @@ def test_without_ranks_not_applicable():
     from helpers import REPO
     res = results(os.path.join(REPO, "sample_traces", "train_cpu.pftrace"))
     assert res["rank_straggler"].status == "n/a" and res["rank_imbalance"].status == "n/a"
+
+
+NCCL_RANK = """
+import os, sys, time, ctypes
+sys.path.insert(0, sys.argv[1])
+from cuda_workload import UniqueId, load
+libdir, bdir, delayed, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+nccl = load(os.path.join(libdir, "libnccl.so.2"))
+comm = ctypes.c_void_p()
+assert nccl.ncclCommInitRank(ctypes.byref(comm), world, UniqueId(b"\\x07"), rank) == 0
+def arrived(k):  # a barrier through files: the stand-in's collectives do not wait for each other
+    tmp = os.path.join(bdir, f".{rank}")
+    with open(tmp, "w") as f:
+        f.write(str(k))
+    os.rename(tmp, os.path.join(bdir, str(rank)))
+    while True:
+        try:
+            done = [int(open(os.path.join(bdir, str(r))).read() or -1) for r in range(world)]
+        except (FileNotFoundError, ValueError):
+            done = [-1]
+        if min(done) >= k:
+            return
+        time.sleep(0.0005)
+for k in range(rounds):
+    time.sleep(0.03 if rank == delayed else 0.01)   # a step's compute: 20 ms longer on the delayed rank
+    nccl.ncclAllReduce(0x1000, 0x2000, 1024, 7, 0, comm, None)
+    arrived(k)
+"""
+
+NCCL_JOB = """
+import os, subprocess, sys
+world = int(sys.argv[1])
+procs = [subprocess.Popen([sys.executable, "-c", sys.argv[2], *sys.argv[3:]],
+                          env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r)))
+         for r in range(world)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+@pytest.mark.parametrize("world,delayed", [(3, 1), (3, -1)])
+def test_nccl_rounds_name_the_late_rank(tmp_path, world, delayed):
+    """Stand-in NCCL (tests/standins/nccl.c) driven by 3 processes: with NCCL
+    calls recorded, rounds are the collectives themselves."""
+    from helpers import REPO
+    from standins import build
+    require_root()
+    libs = build(str(tmp_path / "libs"))
+    bdir = tmp_path / "barrier"
+    bdir.mkdir()
+    out = str(tmp_path / "nccl.pftrace")
+    cp = timeline_cmd("record", "-q", "-e", "sched,cuda", "--cuda-lib", libs["libnccl.so.2"], "-o", out, "--",
+                      sys.executable, "-c", NCCL_JOB, str(world), NCCL_RANK, os.path.join(REPO, "tests", "standins"),
+                      os.path.dirname(libs["libnccl.so.2"]), str(bdir), str(delayed), "15", timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    st = results(out)["rank_straggler"]
+    if delayed < 0:
+        assert st.status == "ok", st.findings
+        return
+    assert st.status == "warning", st.findings
+    top = st.findings[0]
+    assert top.message.startswith(f"rank {delayed} ") and "NCCL rounds" in top.message, top.message
+    assert top.evidence["rounds_last"] >= 12 and 10 <= top.evidence["median_ms"] <= 40, top.evidence

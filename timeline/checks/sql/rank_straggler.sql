@@ -13,6 +13,38 @@ from process p join args a on a.arg_set_id = p.arg_set_id
 join thread t on t.upid = p.upid and t.tid = p.pid
 where a.key glob 'chrome.process_label*' and a.display_value glob 'rank=*';
 
+-- With NCCL collectives recorded (cuda family), rounds are the collectives
+-- themselves: the k-th collective call of every rank is one round (ranks call
+-- them in the same order), and the rank that enters it last is the straggler
+-- of that round, late by the gap to the next-latest rank.
+create or replace perfetto table _tl_rs_coll as
+select r.rank, s.ts, row_number() over (partition by r.rank order by s.ts) as k
+from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
+join _tl_rs_ranks r on r.upid = t.upid
+where s.category = 'nccl' and s.name glob 'nccl*'
+  and s.name in ('ncclAllReduce', 'ncclReduceScatter', 'ncclAllGather', 'ncclBroadcast', 'ncclBcast', 'ncclReduce');
+
+create or replace perfetto table _tl_rs_rounds as
+select k from _tl_rs_coll group by k having count(distinct rank) = (select count(*) from _tl_rs_ranks);
+
+create or replace perfetto table _tl_rs_arrivals as
+select c.k, c.rank, c.ts, row_number() over (partition by c.k order by c.ts desc) as pos
+from _tl_rs_coll c join _tl_rs_rounds using (k);
+
+create or replace perfetto table _tl_rs_coll_last as
+select a.k, a.rank, a.ts, a.ts - b.ts as late
+from _tl_rs_arrivals a join _tl_rs_arrivals b on b.k = a.k and b.pos = 2
+where a.pos = 1;
+
+create or replace perfetto table _tl_rs_coll_per_rank as
+select rank, count(*) as n, sum(late) as waited, (select count(*) from _tl_rs_rounds) as rounds from _tl_rs_coll_last
+group by rank;
+
+create or replace perfetto table _tl_rs_coll_median as
+select rank, late as median from (
+  select rank, late, row_number() over (partition by rank order by late) as i, count(*) over (partition by rank) as m
+  from _tl_rs_coll_last) where i = (m + 1) / 2;
+
 create or replace perfetto table _tl_rs_states as
 select r.rank, s.ts, s.dur, s.state from thread_state s join _tl_rs_ranks r using (utid) where s.dur > 0;
 
@@ -65,7 +97,14 @@ from _tl_rs_per_rank r join _tl_rs_median m using (rank) join _tl_rs_doing d usi
 
 create or replace perfetto table _tl_rs_named as
 select * from _tl_rs
-where n >= ${min_rounds} and share >= ${share_warn} and waited >= ${min_wait_ms} * 1e6 * ${min_rounds};
+where n >= ${min_rounds} and share >= ${share_warn} and waited >= ${min_wait_ms} * 1e6 * ${min_rounds}
+  and not exists(select 1 from _tl_rs_rounds);
+
+create or replace perfetto table _tl_rs_coll_named as
+select c.rank, (select pid from _tl_rs_ranks x where x.rank = c.rank limit 1) as pid, c.n, c.waited, c.rounds,
+  m.median, 1.0 * c.n / c.rounds as share
+from _tl_rs_coll_per_rank c join _tl_rs_coll_median m using (rank)
+where c.n >= ${min_rounds} and 1.0 * c.n / c.rounds >= ${share_warn} and m.median >= ${min_wait_ms} * 1e6;
 
 select * from (select 'warning' as severity,
   printf('rank %d (pid %d) kept the other ranks waiting: %d of their %d waits of >= %g ms were for it, %.2f s in '
@@ -81,6 +120,13 @@ select * from (select 'warning' as severity,
   round(share, 4) as share
 from _tl_rs_named order by waited desc limit 3)
 union all
+select * from (select 'warning',
+  printf('rank %d (pid %d) entered the collectives last: in %d of %d NCCL rounds (the k-th collective call of '
+         || 'every rank), late by %.1f ms (median) behind the next-latest rank, %.2f s in all',
+         rank, pid, n, rounds, median / 1e6, waited / 1e9),
+  null, null, null, rank, n, round(waited / 1e6, 3), round(median / 1e6, 3), round(share, 4)
+from _tl_rs_coll_named order by n desc limit 3)
+union all
 select 'ok', printf('%d ranks, none kept the others waiting: of %d waits of >= %g ms, the most on one rank were '
                     || '%.0f%% (rank %s; a straggler from %.0f%%)',
                     (select count(*) from _tl_rs_ranks), (select count(*) from _tl_rs_waits), ${min_wait_ms},
@@ -89,6 +135,7 @@ select 'ok', printf('%d ranks, none kept the others waiting: of %d waits of >= %
                     100.0 * ${share_warn}),
   null, null, null, null, null, null, null, null
 where (select count(*) from _tl_rs_ranks) >= 2 and not exists(select 1 from _tl_rs_named)
+  and not exists(select 1 from _tl_rs_coll_named)
 union all
 select 'n/a', 'fewer than two ranked processes (RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID) in this trace',
   null, null, null, null, null, null, null, null
