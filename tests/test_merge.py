@@ -162,3 +162,31 @@ def test_far_apart_recordings_are_warned_about(nodes, tmp_path):
     open(later, "wb").write(t.SerializeToString())
     cp = timeline_cmd("merge", nodes["a"], later, "-o", str(tmp_path / "o.pftrace"))
     assert cp.returncode == 0 and "does not overlap the other recordings" in cp.stderr, cp.stderr
+
+
+def test_merged_trace_shows_machines_apart_in_the_ui(nodes, tmp_path):
+    """The bundled Perfetto UI, offline in headless Chromium (as tests/test_view.py
+    does): the second machine's tracks are labelled as such."""
+    import tempfile
+    import time
+
+    from test_view import Browser, Viewer
+
+    out = str(tmp_path / "job.pftrace")
+    assert timeline_cmd("merge", nodes["a"], nodes["b_node"], "-o", out).returncode == 0
+    with open_trace(out) as tp:
+        (pid_b,) = tp.query("select pid from process where machine_id = 1 and name is not null limit 1").rows[0]
+    viewer = Viewer(out)
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Page.navigate", url=viewer.url)
+        txt = browser.wait_for_text(["(machine 1)"])
+        time.sleep(1)
+        shot = str(tmp_path / "merged.png")
+        browser.screenshot(shot)
+        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+        assert "(machine 1)" in txt and f"{pid_b} (machine 1)" in txt, txt[-2000:]
+    finally:
+        browser.close()
+        viewer.stop()

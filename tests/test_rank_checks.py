@@ -37,12 +37,23 @@ def traces(tmp_path_factory):
     out = {}
     for port, (name, (n, slow)) in enumerate(CASES.items(), start=29561):
         path = str(d / f"{name}.pftrace")
-        cp = timeline_cmd("record", "-q", "-e", "sched", "-o", path, "--", torchrun, "--nproc-per-node", str(n),
+        cp = timeline_cmd("record", "-e", "sched", "-o", path, "--", torchrun, "--nproc-per-node", str(n),
                           "--master-port", str(port), str(script), env=dict(os.environ, SLOW_RANK=str(slow)),
                           timeout=300)
         assert cp.returncode == 0, cp.stderr[-2000:]
         out[name] = path
+        out[name + ":stderr"] = cp.stderr
     return out
+
+
+def test_summary_has_a_line_per_rank(traces):
+    """CPU time and CUDA calls per rank, in the recorder's summary."""
+    import re
+    lines = {int(m.group(1)): float(m.group(2)) for m in
+             re.finditer(r"timeline: rank (\d+)/4 \(pid \d+\): CPU ([0-9.]+) s, 0 CUDA/NCCL calls",
+                         traces["4-slow:stderr"])}
+    assert sorted(lines) == [0, 1, 2, 3], traces["4-slow:stderr"][-3000:]
+    assert lines[2] == max(lines.values())  # the slowed rank computed the most
 
 
 def results(path):

@@ -64,6 +64,7 @@ class RecordResult:
     notes: list[str] = field(default_factory=list)  # plugins' summary lines
     drop_causes: dict[str, dict] = field(default_factory=dict)  # BpfSession.drop_causes()
     disk_full: RawLogFull | None = None  # the raw log's file system filled up: recording stopped there
+    ranked: int = 0  # processes with rank variables (RANK...) seen
 
 
 def _effective_caps() -> int:
@@ -134,6 +135,7 @@ class _Consumer(threading.Thread):
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
         self._ranks = RankWatcher()  # rank variables, read once per process image
+        self.n_ranked = 0              # ranked process images seen (the summary's per-rank lines)
         self.ctx: RecorderContext | None = None
         self.window: CaptureWindow | None = None  # --delay (timeline.capture)
         self.error: BaseException | None = None
@@ -190,6 +192,7 @@ class _Consumer(threading.Thread):
         """Each new process image's rank variables, as a "ranks" meta block."""
         found = self._ranks.poll(self.ctx.processes)
         if found:
+            self.n_ranked += len(found)
             self.ctx.write_meta({"type": "ranks", "ts": self.ctx.now_ns(), "processes": found})
 
     def run(self) -> None:
@@ -506,4 +509,4 @@ class Recorder:
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
                             writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
-                            drop_causes=causes, disk_full=consumer.disk_full)
+                            drop_causes=causes, disk_full=consumer.disk_full, ranked=consumer.n_ranked)

@@ -184,6 +184,14 @@ def record(output, fmt, pid, duration, delay, events_, raw_only, keep_raw, as_ro
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
     for note in res.notes:
         say(f"timeline: {note}")
+    if res.ranked >= 2 and not quiet:
+        from ..rank_summary import rank_lines
+
+        try:
+            for line in rank_lines(raw, res.drops):
+                say(f"timeline: {line}")
+        except Exception as e:  # noqa: BLE001 - a summary line must not cost the recording
+            say(f"timeline: per-rank summary unavailable: {e}")
     for line in drop_warnings(res.drops, res.drop_causes):
         click.echo(f"timeline: warning: {printable(line)}", err=True)
     if res.disk_full is not None:

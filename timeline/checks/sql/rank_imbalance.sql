@@ -26,6 +26,15 @@ from _tl_ri_ranks r join thread_state s using (utid) join _tl_ri_span p
 where s.dur > 0 and s.ts < p.t1 and s.ts + s.dur > p.t0
 group by r.rank;
 
+-- Step time: the period between the lowest rank's waits of >= 1 ms (a
+-- synchronous job waits once per collective round), p50 and p90.
+create or replace perfetto table _tl_ri_steps as
+select period, row_number() over (order by period) as k, count(*) over () as n from (
+  select (s.ts + s.dur) - lag(s.ts + s.dur) over (order by s.ts) as period
+  from thread_state s join _tl_ri_ranks r using (utid)
+  where r.rank = (select min(rank) from _tl_ri_ranks) and s.state in ('S', 'D') and s.dur >= 1e6)
+where period is not null;
+
 create or replace perfetto table _tl_ri_spread as
 select min(running) as lo, max(running) as hi, count(*) as n from _tl_ri;
 
@@ -39,6 +48,11 @@ select
          (select lo from _tl_ri_spread) / 1e9, (select hi from _tl_ri_spread) / 1e9,
          100.0 * (select hi - lo from _tl_ri_spread) / max(1, (select hi from _tl_ri_spread)))
     || iif((select hi - lo from _tl_ri_spread) >= ${spread_warn} * (select hi from _tl_ri_spread), '', ' (balanced)')
+    || coalesce((select printf('; step time p50 %.1f ms, p90 %.1f ms over %d steps (between rank %d''s waits)',
+                               (select period from _tl_ri_steps where k = (n + 1) / 2) / 1e6,
+                               (select period from _tl_ri_steps where k = max(1, cast(0.9 * n as int))) / 1e6,
+                               (select max(n) from _tl_ri_steps), (select min(rank) from _tl_ri_ranks))
+                 where (select count(*) from _tl_ri_steps) >= 5), '')
     as finding,
   (select t0 from _tl_ri_span) as ts, (select t1 - t0 from _tl_ri_span) as dur, null as hint,
   null as rank, round(1.0 * (select hi - lo from _tl_ri_spread) / max(1, (select hi from _tl_ri_spread)), 4) as spread,
