@@ -80,10 +80,13 @@ def merge_cmd(traces, output, quiet):
             inputs.append(mt.parse(p, _read(p, user)))
         except mt.MergeError as e:
             raise UserError(printable(str(e))) from None
-    merged = mt.merge(inputs)
-    data = merged.SerializeToString()
     with OutputFile(output, user) as f:
-        _write_all(f.fd, data)
+        try:
+            size = mt.merge(inputs, lambda b: _write_all(f.fd, b))
+        except mt.MergeError as e:
+            raise UserError(printable(str(e))) from None
+        except OSError as e:
+            raise UserError(f"cannot write {printable(output)}: {e.strerror}") from None
     if quiet:
         return
     for w in mt.overlap_warnings(inputs):
@@ -91,7 +94,7 @@ def merge_cmd(traces, output, quiet):
     for i, inp in enumerate(inputs):
         click.echo(f"timeline: machine {i}: {printable(inp.host or '?')}  {printable(inp.path)}  "
                    f"clock shift {inp.shift / 1e9:+.6f} s", err=True)
-    click.echo(f"timeline: wrote {printable(output)} ({human_bytes(len(data))}, {len(inputs)} machines)", err=True)
+    click.echo(f"timeline: wrote {printable(output)} ({human_bytes(size)}, {len(inputs)} machines)", err=True)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -36,7 +36,7 @@ class MergeError(ValueError):
 @dataclass
 class Input:
     path: str
-    trace: pb.Trace
+    data: bytes                # the whole file (a Trace: repeated field 1, TracePacket)
     host: str = ""
     boottime: int = 0          # first clock snapshot: BOOTTIME ...
     realtime: int = 0          # ... and REALTIME taken with it
@@ -51,15 +51,59 @@ class Input:
         return self.start + d, self.end + d
 
 
-def parse(path: str, data: bytes) -> Input:
-    trace = pb.Trace()
+def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise ValueError("bad varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def packet_spans(buf, path: str = ""):
+    """(start, end) of each TracePacket in a Trace's bytes, without parsing them."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        try:
+            key, pos = _varint(buf, pos, end)
+            wire = key & 7
+            if wire == 2:
+                n, pos = _varint(buf, pos, end)
+                if pos + n > end:
+                    raise ValueError("truncated")
+                if key >> 3 == 1:
+                    yield pos, pos + n
+                pos += n
+            elif wire == 0:
+                _, pos = _varint(buf, pos, end)
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                raise ValueError(f"wire type {wire}")
+        except ValueError:
+            raise MergeError(f"{path} is not a Perfetto protobuf trace (or it is damaged)") from None
+
+
+def _packet(buf, a: int, b: int, path: str) -> pb.TracePacket:
     try:
-        trace.ParseFromString(data)
-    except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError and others
-        raise MergeError(f"{path} is not a Perfetto protobuf trace") from None
-    inp = Input(path, trace)
-    ts = []
-    for pkt in trace.packet:
+        return pb.TracePacket.FromString(bytes(buf[a:b]))
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and others
+        raise MergeError(f"{path} is not a Perfetto protobuf trace (or it is damaged)") from None
+
+
+def parse(path: str, data: bytes) -> Input:
+    inp = Input(path, data)
+    lo = hi = None
+    n = 0
+    for a, b in packet_spans(data, path):
+        n += 1
+        pkt = _packet(data, a, b, path)
         if pkt.HasField("clock_snapshot") and not inp.boottime:
             clocks = {c.clock_id: c.timestamp for c in pkt.clock_snapshot.clocks}
             if CLOCK_BOOTTIME in clocks and CLOCK_REALTIME in clocks:
@@ -68,15 +112,17 @@ def parse(path: str, data: bytes) -> Input:
             for m in pkt.chrome_events.metadata:
                 inp.metadata[m.name] = m.string_value if m.HasField("string_value") else m.int_value
         if pkt.HasField("timestamp"):
-            ts.append(pkt.timestamp)
+            t = pkt.timestamp
+            lo = t if lo is None or t < lo else lo
+            hi = t if hi is None or t > hi else hi
         if pkt.machine_id:
             raise MergeError(f"{path} already holds several machines (a merged trace): merge its inputs instead")
-    if not trace.packet:
+    if not n:
         raise MergeError(f"{path} holds no trace packets")
     if not inp.boottime:
         raise MergeError(f"{path} has no BOOTTIME/REALTIME clock snapshot (not written by timeline?): "
                          "its clock cannot be aligned")
-    inp.start, inp.end = (min(ts), max(ts)) if ts else (inp.boottime, inp.boottime)
+    inp.start, inp.end = (lo, hi) if lo is not None else (inp.boottime, inp.boottime)
     inp.host = str(inp.metadata.get("timeline_host") or "")
     return inp
 
@@ -159,13 +205,23 @@ def overlap_warnings(inputs: list[Input], slack_ns: int = 60 * 10**9) -> list[st
     return out
 
 
-def merge(inputs: list[Input]) -> pb.Trace:
-    """One trace; input i is machine i (0 = the first, the reference)."""
+def _frame(payload: bytes) -> bytes:
+    """A TracePacket as field 1 of a Trace."""
+    n, head = len(payload), bytearray(b"\x0a")
+    while True:
+        if n < 0x80:
+            head.append(n)
+            return bytes(head) + payload
+        head.append((n & 0x7F) | 0x80)
+        n >>= 7
+
+
+def merge(inputs: list[Input], write) -> int:
+    """Writes one trace through write(bytes); input i is machine i (0 = the
+    first, the reference).  Returns the bytes written."""
     align(inputs)
-    out = pb.Trace()
+    total = 0
     for i, inp in enumerate(inputs):
-        for pkt in inp.trace.packet:
-            _rewrite(pkt, i, inp.shift)
         # The machine's name where a reader can find it (metadata is per trace, so keyed by machine).
         meta = pb.TracePacket()
         meta.machine_id = i
@@ -176,6 +232,17 @@ def merge(inputs: list[Input]) -> pb.Trace:
                 e.string_value = v
             else:
                 e.int_value = int(v)
-        out.packet.append(meta)
-        out.packet.extend(inp.trace.packet)
-    return out
+        chunk = [_frame(meta.SerializeToString())]
+        for a, b in packet_spans(inp.data, inp.path):
+            pkt = _packet(inp.data, a, b, inp.path)
+            _rewrite(pkt, i, inp.shift)
+            chunk.append(_frame(pkt.SerializeToString()))
+            if len(chunk) >= 4096:
+                data = b"".join(chunk)
+                write(data)
+                total += len(data)
+                chunk = []
+        data = b"".join(chunk)
+        write(data)
+        total += len(data)
+    return total

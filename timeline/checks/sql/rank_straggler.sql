@@ -65,10 +65,12 @@ select wid, waiter, other as blamed, wait, busy from (
   select *, row_number() over (partition by wid order by busy desc) as k from _tl_rs_busy)
 where k = 1 and busy >= 0.5 * wait;
 
+-- Per blamed rank: against the waits of the other ranks (its own are not
+-- about it): how many of them, and how much of their time, were for it.
 create or replace perfetto table _tl_rs_per_rank as
 select b.blamed as rank, count(*) as n, sum(b.wait) as waited,
-  (select count(*) from _tl_rs_waits) as all_waits,
-  (select sum(dur) from _tl_rs_waits) as all_waited
+  (select count(*) from _tl_rs_waits w where w.rank != b.blamed) as all_waits,
+  (select sum(dur) from _tl_rs_waits w where w.rank != b.blamed) as all_waited
 from _tl_rs_blame b group by b.blamed;
 
 -- Median wait blamed on each rank (nearest rank).
@@ -97,14 +99,15 @@ from _tl_rs_per_rank r join _tl_rs_median m using (rank) join _tl_rs_doing d usi
 
 create or replace perfetto table _tl_rs_named as
 select * from _tl_rs
-where n >= ${min_rounds} and share >= ${share_warn} and waited >= ${min_wait_ms} * 1e6 * ${min_rounds}
+where n >= ${min_rounds} and share >= ${share_warn} and n >= ${rounds_warn} * all_waits
+  and waited >= ${min_wait_ms} * 1e6 * ${min_rounds}
   and not exists(select 1 from _tl_rs_rounds);
 
 create or replace perfetto table _tl_rs_coll_named as
 select c.rank, (select pid from _tl_rs_ranks x where x.rank = c.rank limit 1) as pid, c.n, c.waited, c.rounds,
   m.median, 1.0 * c.n / c.rounds as share
 from _tl_rs_coll_per_rank c join _tl_rs_coll_median m using (rank)
-where c.n >= ${min_rounds} and 1.0 * c.n / c.rounds >= ${share_warn} and m.median >= ${min_wait_ms} * 1e6;
+where c.n >= ${min_rounds} and 1.0 * c.n / c.rounds >= ${rounds_warn} and m.median >= ${min_wait_ms} * 1e6;
 
 select * from (select 'warning' as severity,
   printf('rank %d (pid %d) kept the other ranks waiting: %d of their %d waits of >= %g ms were for it, %.2f s in '
