@@ -215,7 +215,7 @@ CATALOG: tuple[Check, ...] = (
             "balance the data or sequence lengths, move it off a busy or throttled host, fix its input pipeline.",
         params=(P("min_wait_ms", 1.0, "a main thread's sleep (S or D) at least this long counts as a wait", lo=0.01),
                 P("min_rounds", 5, "waits blamed on one rank before it is named", lo=1),
-                P("share_warn", 0.5, "share of the other ranks' waiting time spent on one rank: warning from here",
+                P("share_warn", 0.7, "share of the other ranks' waiting time spent on one rank: warning from here",
                   hi=1),
                 P("rounds_warn", 0.6, "share of the other ranks' waits (or of the NCCL rounds) in which one rank was "
                                       "the last: warning from here", hi=1))),

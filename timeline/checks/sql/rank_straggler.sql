@@ -57,7 +57,7 @@ create or replace perfetto table _tl_rs_busy as
 select w.wid, w.rank as waiter, s.rank as other, w.dur as wait,
   sum(min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts)) as busy
 from _tl_rs_waits w join _tl_rs_states s
-  on s.rank != w.rank and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts and s.state in ('Running', 'R', 'R+')
+  on s.rank != w.rank and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts and s.state = 'Running'
 group by w.wid, s.rank;
 
 create or replace perfetto table _tl_rs_blame as
