@@ -24,6 +24,7 @@ from .bpf_session import BpfSession
 from .errors import MachineError, UserError
 from .capture import CaptureWindow, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
+from .ringlog import SegmentedLog
 from .safe_output import remove
 from .ranks import RankWatcher
 from .recorder_plugins import RecorderContext
@@ -49,7 +50,9 @@ class RecordConfig:
     # family -> its options dataclass (registry.family_options); a family not here has its defaults
     options: dict[str, object] = field(default_factory=dict)
     delay: float = 0.0  # --delay: seconds before non-proc records are kept (timeline.capture)
-from .capture import CaptureWindow, toggle_recording
+    ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
+    dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
+    on_dump: object = None  # callable(raw path, n): a dump was written while running (record converts it)
 
 
 @dataclass
@@ -245,13 +248,15 @@ class Recorder:
         self.status = status  # callable(dict) for the progress line; None when none is shown
         self._signals: list[int] = []
         self.start_time = 0.0
+        self.dumps = 0  # dumps written while running (--ring)
 
     # -- signals ------------------------------------------------------------
     def _on_signal(self, signum, _frame):
         self._signals.append(signum)
 
     def _install_signals(self):
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1,
+                                                          signal.SIGUSR2)}
         return lambda: [signal.signal(s, h) for s, h in old.items()]
 
     # -- main ---------------------------------------------------------------
@@ -282,7 +287,10 @@ class Recorder:
         header["rings"] = {str(r.id): {"name": f.name, "record_size": r.dtype.itemsize,
                                        "stride": events.ring_stride(r.dtype)} for f in fams for r in f.rings}
         try:
-            writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
+            if cfg.ring:
+                writer = SegmentedLog(cfg.raw_path, header, cfg.ring, user=cfg.owner)
+            else:
+                writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
         except OSError as e:
             raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
         try:
@@ -378,6 +386,10 @@ class Recorder:
                 if sig == signal.SIGUSR1:  # toggle recording (timeline.capture)
                     toggle_recording(consumer, self.ctx)
                     continue
+                if sig == signal.SIGUSR2:  # --ring: dump the last DURATION now, record on
+                    if self.cfg.ring:
+                        self._dump(consumer, session, "SIGUSR2")
+                    continue
                 if proc is None:  # attach mode: stop recording, leave the target alone
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
@@ -392,6 +404,19 @@ class Recorder:
             if deadline:
                 timeout = min(timeout, deadline - now)
             sleeper.sleep(timeout)
+
+    def _dump(self, consumer: _Consumer, session: BpfSession, why: str) -> None:
+        """Ring mode, while recording: write the last DURATION as its own raw log."""
+        consumer.drain_once()
+        self.dumps += 1
+        path = self.cfg.dump_raw_path(self.dumps)
+        with consumer.lock:
+            consumer.writer.dump(path, {"drops": session.drops(), "drop_causes": session.drop_causes(),
+                                        "clock_end": _clock_snapshot(), "exit_code": 0,
+                                        "reason": f"dump {self.dumps} ({why})",
+                                        "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+        if self.cfg.on_dump is not None:
+            self.cfg.on_dump(path, self.dumps)
 
     def _forward(self, proc: subprocess.Popen, sig: int, nth: int) -> None:
         """Launch mode: the target decides when it ends; we follow.
@@ -443,6 +468,7 @@ class Recorder:
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
+        raw_bytes = None
         consumer.stop()
         if consumer.is_alive():
             consumer.join()
@@ -465,6 +491,18 @@ class Recorder:
             except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
                 consumer.disk_full = consumer.disk_full or e
                 reason = "disk full"
+            if isinstance(writer, SegmentedLog) and consumer.disk_full is None:
+                # the trace at exit: the last DURATION, as one ordinary raw log at raw_path
+                ring_disk = max(writer.max_disk, writer.disk_bytes())
+                writer.close()
+                raw_bytes = writer.dump(self.cfg.raw_path, {"drops": drops, "drop_causes": causes,
+                                                            "clock_end": _clock_snapshot(), "exit_code": code,
+                                                            "reason": reason,
+                                                            "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+                consumer.ctx.summary.append(
+                    f"ring: kept the last {self.cfg.ring:g}s; segments took at most {ring_disk:,} bytes on disk "
+                    f"({writer.total_bytes:,} written in all)")
+                writer.remove_segments()
         finally:
             writer.close()
             records = {f.name: sum(session.readers[r.id].records for r in f.rings)
@@ -473,5 +511,5 @@ class Recorder:
             session.close()
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
-                            writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
+                            raw_bytes if raw_bytes is not None else writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
                             drop_causes=causes, disk_full=consumer.disk_full)
