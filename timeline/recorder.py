@@ -25,6 +25,7 @@ from .errors import MachineError, UserError
 from .capture import CaptureWindow, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
 from .ringlog import SegmentedLog
+from .hang import HangWatch
 from .safe_output import remove
 from .ranks import RankWatcher
 from .recorder_plugins import RecorderContext
@@ -53,6 +54,7 @@ class RecordConfig:
     ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
     dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
     on_dump: object = None  # callable(raw path, n): a dump was written while running (record converts it)
+    hang_timeout: float | None = None  # --hang-timeout: dump after this long without progress (timeline.hang)
 
 
 @dataclass
@@ -249,6 +251,7 @@ class Recorder:
         self._signals: list[int] = []
         self.start_time = 0.0
         self.dumps = 0  # dumps written while running (--ring)
+        self.plugins: list = []
 
     # -- signals ------------------------------------------------------------
     def _on_signal(self, signum, _frame):
@@ -330,6 +333,7 @@ class Recorder:
                 ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
             for plugin in plugins:
                 plugin.on_target(ctx)
+            self.plugins = plugins
             reason, code = self._wait(proc, consumer, session)
         finally:
             restore()
@@ -356,6 +360,7 @@ class Recorder:
     # Longest wait between checks when nothing wakes the main thread: it only
     # bounds how late a failed consumer thread is noticed.
     WAIT_MAX = 1.0
+    HANG_POLL_S = 0.5  # --hang-timeout: how often progress is looked for
     STATUS_S = 0.5  # progress for the status line, which shows it once a second
 
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
@@ -370,6 +375,7 @@ class Recorder:
         deadline = self.start_time + cfg.duration if cfg.duration else None
         interrupts = 0
         target = None if proc else psutil.Process(cfg.pid)
+        watch = HangWatch(cfg.hang_timeout, self.ctx.now_ns()) if cfg.hang_timeout and cfg.ring else None
         while True:
             if consumer.error:
                 raise consumer.error
@@ -394,13 +400,18 @@ class Recorder:
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
                 self._forward(proc, sig, interrupts)
+            if watch is not None:
+                now_ns = self.ctx.now_ns()
+                if watch.poll(self.ctx, self.plugins, now_ns):
+                    self.ctx.write_meta(watch.snapshot(self.ctx, self.plugins, now_ns))
+                    self._dump(consumer, session, "hang")
             now = time.monotonic()
             if deadline and now >= deadline:
                 return "duration reached", 0
-            timeout = self.WAIT_MAX
+            timeout = self.WAIT_MAX if watch is None else self.HANG_POLL_S
             if self.status is not None:
                 self.status(self._progress(consumer, session))  # reads BPF maps: only when shown
-                timeout = self.STATUS_S
+                timeout = min(timeout, self.STATUS_S)
             if deadline:
                 timeout = min(timeout, deadline - now)
             sleeper.sleep(timeout)

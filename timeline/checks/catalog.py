@@ -206,6 +206,13 @@ CATALOG: tuple[Check, ...] = (
         fix="Overlap the all-reduce with backward (DDP buckets, FSDP prefetch) or communicate less per step.",
         params=(P("min_comm_fraction", 0.05, "communication share of the steady state worth judging", hi=1),
                 P("overlap_warn_fraction", 0.5, "overlapped share of communication below which it warns", hi=1))),
+    Check(
+        "hang", "Threads stuck at the end of the trace", ("cuda", "sched"),
+        why="A job that hangs (a collective whose peer died, a deadlock, a stuck read) shows at the end of "
+            "its trace as threads blocked in one call or one wait; a --hang-timeout dump ends right there.",
+        fix="Look at the call each thread is stuck in: an NCCL collective on some ranks only means a rank "
+            "died or diverged (compare ranks' dumps); a sleep or D state points at a lock, a queue or I/O.",
+        params=(P("min_stuck_s", 1.0, "a call or wait open at the end counts from this many seconds"),)),
 )
 
 BY_ID = {c.id: c for c in CATALOG}

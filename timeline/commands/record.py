@@ -167,6 +167,9 @@ def _family_options(fn):
               help="Flight recorder: keep only the last DURATION (30s, 2m, 1h) in bounded segment files; "
                    "the trace at exit holds the last DURATION, and SIGUSR2 to the recorder writes one more "
                    "(-o's %n is its number, else STEM.N.pftrace) while recording goes on.")
+@click.option("--hang-timeout", type=_Seconds(), metavar="S",
+              help="With --ring: write a dump when the job makes no progress for S seconds (no CUDA/NCCL "
+                   "call returns, no process starts or ends, main threads asleep; see docs/long-jobs.md).")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help=events_help())
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
@@ -179,7 +182,7 @@ def _family_options(fn):
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
 @_family_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, delay, ring, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
+def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
            command, **family_values):
     """Record COMMAND (after --) or --pid N into a trace.
 
@@ -195,6 +198,8 @@ def record(output, fmt, pid, duration, delay, ring, events_, raw_only, keep_raw,
         raise UserError(f"no process with PID {pid}")
     if output == "":
         raise UserError("-o/--output needs a file name")
+    if hang_timeout and not ring:
+        raise UserError("--hang-timeout writes a dump of the flight recorder: give --ring DURATION too")
     if output is None:
         output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
     host, started = socket.gethostname(), time.time()
@@ -213,7 +218,7 @@ def record(output, fmt, pid, duration, delay, ring, events_, raw_only, keep_raw,
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
                        duration=duration, as_root=as_root, ring_mib=dict(buffer_size or {}),
                        poll_interval=flush_interval, owner=owner, options=family_options(family_values),
-                       delay=delay or 0.0, ring=ring)
+                       delay=delay or 0.0, ring=ring, hang_timeout=hang_timeout)
     pending = []
     if ring:
         dump_out = lambda n: dump_name(template, n, expand)  # noqa: E731
