@@ -111,3 +111,44 @@ def test_sigusr1_toggles_recording(tmp_path):
     ts = raw["sched"]["ts"].astype(np.int64)
     assert ((ts < off) | (ts >= on)).all()
     assert (ts < off).sum() > 50 and (ts >= on).sum() > 50  # recorded on both sides of the pause
+
+
+# Named threads wake every 5 ms for 4 s; the real libcudart's
+# cudaProfilerStart/Stop (no GPU needed: they fail, the probes fire) bound
+# the second and third seconds.
+PROFILER = textwrap.dedent("""
+    import ctypes, sys, threading, time
+    libc = ctypes.CDLL(None)
+    rt = ctypes.CDLL(sys.argv[1])
+    def nap(name):
+        libc.prctl(15, name.encode(), 0, 0, 0)
+        end = time.time() + 4
+        while time.time() < end: time.sleep(0.005)
+    ts = [threading.Thread(target=nap, args=(f"prof-{i}",)) for i in range(2)]
+    for t in ts: t.start()
+    time.sleep(1.2)  # the recorder attaches to libcudart once it is mapped
+    rt.cudaProfilerStart()
+    time.sleep(1.5)
+    rt.cudaProfilerStop()
+    for t in ts: t.join()
+""")
+
+
+def test_cuda_profiler_start_stop_bound_recording(tmp_path):
+    require_root()
+    from test_cuda_record import real_cudart
+    out = str(tmp_path / "p.pftrace")
+    cp = timeline_cmd("record", "-q", "-e", "sched,cuda", "--capture-range", "cuda-profiler", "--keep-raw",
+                      "-o", out, "--", sys.executable, "-c", PROFILER, real_cudart())
+    assert cp.returncode == 0, cp.stderr
+    raw = read_raw(out[: -len(".pftrace")] + ".tlraw")
+    caps = [m for m in raw["metas"] if m.get("type") == "capture"]
+    (on,) = [m["on"] for m in caps if m.get("by") == "cudaProfilerStart"]
+    (off,) = [m["off"] for m in caps if m.get("by") == "cudaProfilerStop"]
+    assert 1.3e9 < off - on < 2.5e9
+    ts = raw["sched"]["ts"].astype(np.int64)
+    assert ts.size > 100 and ts.min() >= on and ts.max() < off
+    with open_trace(out) as tp:
+        named = {r[0] for r in tp.query(
+            "select distinct t.name from thread_state s join thread t using(utid) where t.tid != 0").rows}
+    assert {"prof-0", "prof-1"} <= named

@@ -19,12 +19,13 @@ _OPEN = (1 << 64) - 1
 class CaptureWindow:
     """On-intervals [start, end) on CLOCK_BOOTTIME; the last may be open."""
 
-    def __init__(self, start_ns: int):
-        self.intervals: list[list[int]] = [[start_ns, _OPEN]]
+    def __init__(self, start_ns: int | None):
+        """start_ns None: off until set() turns it on (a capture range)."""
+        self.intervals: list[list[int]] = [] if start_ns is None else [[start_ns, _OPEN]]
 
     @property
     def start_ns(self) -> int:
-        return self.intervals[0][0]
+        return self.intervals[0][0] if self.intervals else _OPEN
 
     def is_on(self, now_ns: int) -> bool:
         return any(a <= now_ns < b for a, b in self.intervals)
@@ -39,6 +40,19 @@ class CaptureWindow:
         self.intervals.append([now_ns, _OPEN])
         return True
 
+    def set(self, ts: int, on: bool) -> bool:
+        """Turn recording on or off from `ts` (a capture range's edge); False if it already was."""
+        last = self.intervals[-1] if self.intervals else None
+        is_open = last is not None and last[1] == _OPEN and last[0] <= ts
+        if on == is_open:
+            return False
+        if on:
+            self.intervals = [iv for iv in self.intervals if iv[0] < iv[1] and iv[1] <= ts]
+            self.intervals.append([ts, _OPEN])
+        else:
+            last[1] = ts
+        return True
+
     def keep(self, ring: int, data: bytes, stride: int) -> bytes:
         """The part of one drained batch to write: proc whole, others inside the intervals."""
         if ring == events.RING_PROC or not data:
@@ -48,7 +62,7 @@ class CaptureWindow:
         rows = rows[: n * stride].reshape(n, stride)
         off = events.RINGBUF_HDR + RING_DTYPES[ring].fields["ts"][1]
         ts = rows[:, off : off + 8].copy().view("<u8").ravel()
-        a, b = self.intervals[-1]
+        a, b = self.intervals[-1] if self.intervals else (_OPEN, _OPEN)
         if ts.size and a <= ts.min() and ts.max() < b:  # the whole batch is on: no copy
             return data
         mask = np.zeros(ts.size, bool)

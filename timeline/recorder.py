@@ -54,6 +54,7 @@ class RecordConfig:
     ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
     dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
     on_dump: object = None  # callable(raw path, n): a dump was written while running (record converts it)
+    capture_range: str | None = None  # --capture-range: "cuda-profiler" (timeline.capture)
     hang_timeout: float | None = None  # --hang-timeout: dump after this long without progress (timeline.hang)
 
 
@@ -138,22 +139,31 @@ class _Consumer(threading.Thread):
         self._ranks = RankWatcher()  # rank variables, read once per process image
         self.ctx: RecorderContext | None = None
         self.window: CaptureWindow | None = None  # --delay (timeline.capture)
+        self.edge_hooks: list = []  # plugins' capture_edges (--capture-range)
         self.error: BaseException | None = None
         self.disk_full: RawLogFull | None = None  # recording stopped: no room for the raw log
 
     def drain_once(self) -> int:
         total = 0
         with self.lock:
-            for rid, reader in self.session.readers.items():
-                data = reader.drain()
+            batch = [(rid, reader.drain(), reader.stride) for rid, reader in self.session.readers.items()]
+            if self.window is not None and self.edge_hooks:
+                # capture-range edges (cudaProfilerStart/Stop) first: they move the
+                # window for every ring of this batch, drained before or after theirs
+                edges = sorted(e for hook in self.edge_hooks for rid, data, stride in batch if data
+                               for e in hook(rid, data, stride))
+                for ts, on, why in edges:
+                    if self.window.set(ts, on):
+                        self.writer.write_meta({"type": "capture", "on" if on else "off": ts, "by": why})
+            for rid, data, stride in batch:
                 if data and self.window is not None:
-                    data = self.window.keep(rid, data, reader.stride)
+                    data = self.window.keep(rid, data, stride)
                 if not data:
                     continue
                 self.writer.write_ring(rid, data)
                 total += len(data)
                 if rid == events.RING_PROC and self.ctx is not None:
-                    self.ctx.note_proc_records(data, reader.stride)
+                    self.ctx.note_proc_records(data, stride)
         return total
 
     def stop(self) -> None:
@@ -318,6 +328,9 @@ class Recorder:
             if cfg.delay:
                 consumer.window = CaptureWindow(ctx.now_ns() + int(cfg.delay * 1e9))
                 ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
+            if cfg.capture_range:
+                consumer.edge_hooks = [p.capture_edges for p in plugins if hasattr(p, "capture_edges")]
+                consumer.window = consumer.window or CaptureWindow(None)  # off until the range starts
             consumer.start()
             self.start_time = time.monotonic()
             if cfg.pid:

@@ -136,6 +136,21 @@ class CudaPlugin(RecorderPlugin):
             ctx.summary.append(f"cuda: {stats['nested_dropped']:,} driver calls made inside traced runtime "
                                "calls were folded into them")
 
+    # -- capture range (timeline.capture) -----------------------------------
+    def capture_edges(self, ring: int, data: bytes, stride: int) -> list[tuple[int, bool, str]]:
+        """--capture-range cuda-profiler: (ts, on, why) for each cudaProfilerStart/Stop call drained."""
+        if ring != ev.RING_CUDA:
+            return []
+        from .probes import BY_NAME
+
+        start, stop = BY_NAME["cudaProfilerStart"].id, BY_NAME["cudaProfilerStop"].id
+        recs = ev.decode_ring_bytes(data, ev.CUDA_EVENT)
+        ids = recs["cookie"] & ev.CK_ID_MASK
+        hit = recs[(ids == start) | (ids == stop)]
+        return [(int(r["ts"]), int(r["cookie"] & ev.CK_ID_MASK) == start,
+                 "cudaProfilerStart" if int(r["cookie"] & ev.CK_ID_MASK) == start else "cudaProfilerStop")
+                for r in hit]
+
     # -- hangs (timeline.hang) -----------------------------------------------
     def progress(self, ctx: RecorderContext) -> int:
         """Grows while CUDA/NCCL calls return: the cuda ring's record count."""

@@ -47,6 +47,8 @@ class Role(str, Enum):
     COMM_INIT = "comm_init"
     COMM_SPLIT = "comm_split"
     COLLECTIVE = "collective"
+    PROFILER_START = "profiler_start"  # --capture-range cuda-profiler: recording on (timeline.capture)
+    PROFILER_STOP = "profiler_stop"
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ def _table() -> list[Probe]:
     add("cudaGetDeviceCount", R, "", "count=out:i32", out=0)
     add("cudaStreamQuery cudaStreamQuery_ptsz", R, "", "stream=0:hex")  # 600 = not ready: polling
     add("cudaEventQuery", R, "", "event=0:hex")
+    add("cudaProfilerStart", R, Role.PROFILER_START)
+    add("cudaProfilerStop", R, Role.PROFILER_STOP)
     # Kernel names for runtime launches.  nvcc's registration code tells the
     # runtime which host symbol stands for which device function (mangled
     # name); launches pass that symbol, which need not be code in a mapped
