@@ -92,3 +92,29 @@ def test_dump_names():
     assert dump_name("run.json.gz", 2, expand) == "run.2.json.gz"
     assert dump_name("run-%n.pftrace", 4, expand) == "run-4.pftrace"
     assert dump_name("noext", 1, expand) == "noext.1"
+
+
+# A child of the job kills itself while its parent runs on.
+DIES = textwrap.dedent("""
+    import os, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c",
+        "import os, time\\nend = time.time() + 1\\nwhile time.time() < end: time.sleep(0.002)\\nos.kill(os.getpid(), 9)"])
+    child.wait()
+    print(child.pid, flush=True)
+    time.sleep(3)
+""")
+
+
+def test_ring_dumps_when_a_process_dies_from_a_signal(tmp_path):
+    require_root()
+    out = str(tmp_path / "k.pftrace")
+    cp = subprocess.run([sys.executable, "-m", "timeline.cli", "record", "-e", "sched", "--ring", "10s",
+                         "--keep-raw", "-o", out, "--", sys.executable, "-c", DIES],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    child = int(cp.stdout.split()[0])
+    assert "dump 1: wrote" in cp.stderr and not os.path.exists(tmp_path / "k.2.pftrace")
+    dump = read_raw(str(tmp_path / "k.1.tlraw"))
+    assert dump["end"]["reason"] == f"dump 1 (pid {child} killed by signal 9)"
+    sched = dump["sched"]
+    assert ((sched["tid"] == child) | (sched["target_tid"] == child)).sum() > 50  # its last second is in

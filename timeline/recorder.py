@@ -413,6 +413,11 @@ class Recorder:
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
                 self._forward(proc, sig, interrupts)
+            while cfg.ring and self.ctx.failed_exits:  # a process of the job died: dump what led to it
+                pid, status = self.ctx.failed_exits.pop(0)
+                if proc is None or pid != proc.pid:  # the target's own end: the trace at exit is the dump
+                    self._dump(consumer, session, f"pid {pid} " + (f"killed by signal {status & 0x7f}"
+                                                                  if status & 0x7f else f"exited {status >> 8}"))
             if watch is not None:
                 now_ns = self.ctx.now_ns()
                 if watch.poll(self.ctx, self.plugins, now_ns):

@@ -50,6 +50,8 @@ class RecorderContext:
         self._plock = threading.Lock()
         self._reconcile_at = time.monotonic() + RECONCILE_S
         self._proc_lost = 0
+        # (tgid, wait status) of processes that died from a signal or exited non-zero (--ring dumps them)
+        self.failed_exits: list[tuple[int, int]] = []
 
     @staticmethod
     def now_ns() -> int:
@@ -92,10 +94,12 @@ class RecorderContext:
             return  # thread forks/exits, renames: the set of processes is unchanged
         with self._plock:
             procs = dict(self.processes)
-            for k, tgid, child in rec[["kind", "tgid", "child_tgid"]][keep].tolist():  # few: forks, execs
-                if k == events.PROC_EXIT:
+            for k, tgid, child, code in rec[["kind", "tgid", "child_tgid", "exit_code"]][keep].tolist():
+                if k == events.PROC_EXIT:  # few: forks, execs, process exits
                     procs.pop(tgid, None)
                     self._ended.add(tgid)
+                    if code:
+                        self.failed_exits.append((tgid, code))
                     continue
                 pid = child if k == events.PROC_FORK else tgid
                 self._gen += 1
