@@ -152,3 +152,16 @@ def test_cuda_profiler_start_stop_bound_recording(tmp_path):
         named = {r[0] for r in tp.query(
             "select distinct t.name from thread_state s join thread t using(utid) where t.tid != 0").rows}
     assert {"prof-0", "prof-1"} <= named
+
+
+def test_capture_range_edges():
+    w = CaptureWindow(None)  # off until a range starts
+    assert not w.is_on(5)
+    assert w.set(10, True) and not w.set(12, True)  # a second start changes nothing
+    assert w.is_on(15) and w.set(20, False) and not w.is_on(25) and not w.set(22, False)
+    assert w.set(30, True) and w.is_on(40)
+    sched = np.zeros(5, events.SCHED_EVENT)
+    sched["ts"] = [5, 15, 25, 35, 45]
+    kept = events.decode_ring_bytes(w.keep(events.RING_SCHED, events.encode_ring_bytes(sched),
+                                           events.ring_stride(events.SCHED_EVENT)), events.SCHED_EVENT)
+    assert list(kept["ts"]) == [15, 35, 45]
