@@ -43,6 +43,13 @@ def test_table_says_so():
     assert cp.stdout.rstrip().endswith("recording can work here")
 
 
+def test_gpu_family_is_its_injection_library():
+    """No BPF object: what the gpu family needs is the built injection library."""
+    rc, _, checks = doctor_json()
+    gpu = checks["family gpu"]
+    assert gpu["status"] == "OK" and "libtimeline_inject.so" in gpu["detail"] and "loads and attaches" not in gpu["detail"]
+
+
 def test_python_without_cuda_libraries(tmp_path):
     # A bare venv: no nvidia-* wheels, no torch. CUDA is optional: still exit 0.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)

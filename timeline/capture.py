@@ -14,18 +14,18 @@ from . import events
 from .registry import RING_DTYPES
 
 _OPEN = (1 << 64) - 1
+NEVER = _OPEN  # CaptureWindow(NEVER): off until something turns it on (a capture range)
 
 
 class CaptureWindow:
     """On-intervals [start, end) on CLOCK_BOOTTIME; the last may be open."""
 
-    def __init__(self, start_ns: int | None):
-        """start_ns None: off until set() turns it on (a capture range)."""
-        self.intervals: list[list[int]] = [] if start_ns is None else [[start_ns, _OPEN]]
+    def __init__(self, start_ns: int):
+        self.intervals: list[list[int]] = [[start_ns, _OPEN]]
 
     @property
     def start_ns(self) -> int:
-        return self.intervals[0][0] if self.intervals else _OPEN
+        return self.intervals[0][0]
 
     def is_on(self, now_ns: int) -> bool:
         return any(a <= now_ns < b for a, b in self.intervals)
@@ -40,35 +40,51 @@ class CaptureWindow:
         self.intervals.append([now_ns, _OPEN])
         return True
 
-    def set(self, ts: int, on: bool) -> bool:
-        """Turn recording on or off from `ts` (a capture range's edge); False if it already was."""
-        last = self.intervals[-1] if self.intervals else None
-        is_open = last is not None and last[1] == _OPEN and last[0] <= ts
-        if on == is_open:
-            return False
-        if on:
-            self.intervals = [iv for iv in self.intervals if iv[0] < iv[1] and iv[1] <= ts]
-            self.intervals.append([ts, _OPEN])
-        else:
-            last[1] = ts
-        return True
+    def set_on(self, ts: int) -> None:
+        """Recording on from ts (a capture range's start); no change if already on."""
+        if not self.is_on(ts):
+            self.toggle(ts)
 
-    def keep(self, ring: int, data: bytes, stride: int) -> bytes:
-        """The part of one drained batch to write: proc whole, others inside the intervals."""
+    def set_off(self, ts: int) -> None:
+        """Recording off from ts (a capture range's end); no change if already off."""
+        if self.is_on(ts):
+            self.toggle(ts)
+
+    def keep(self, ring: int, data: bytes, stride: int, always=None) -> bytes:
+        """The part of one drained batch to write: proc whole, others inside the
+        intervals, plus the rows `always(ring, rows)` marks (a family's
+        bookkeeping that later records need, e.g. CUDA kernel registrations)."""
         if ring == events.RING_PROC or not data:
             return data
-        rows = np.frombuffer(data, dtype=np.uint8)
-        n = rows.size // stride
-        rows = rows[: n * stride].reshape(n, stride)
-        off = events.RINGBUF_HDR + RING_DTYPES[ring].fields["ts"][1]
+        rows = as_rows(data, stride)
+        fields = RING_DTYPES[ring].fields
+        off = events.RINGBUF_HDR + fields["ts" if "ts" in fields else "start"][1]  # gpu records: start
         ts = rows[:, off : off + 8].copy().view("<u8").ravel()
-        a, b = self.intervals[-1] if self.intervals else (_OPEN, _OPEN)
+        a, b = self.intervals[-1]
         if ts.size and a <= ts.min() and ts.max() < b:  # the whole batch is on: no copy
             return data
         mask = np.zeros(ts.size, bool)
         for a, b in self.intervals:
             mask |= (ts >= a) & (ts < b)
+        if always is not None and not mask.all():
+            extra = always(ring, rows)
+            if extra is not None:
+                mask |= extra
         return rows[mask].tobytes()
+
+
+def as_rows(data: bytes, stride: int) -> np.ndarray:
+    """A drained batch as an (n, stride) byte array (ring headers included)."""
+    rows = np.frombuffer(data, dtype=np.uint8)
+    n = rows.size // stride
+    return rows[: n * stride].reshape(n, stride)
+
+
+def field(rows: np.ndarray, ring: int, name: str) -> np.ndarray:
+    """One field of every row of a drained batch, as its own dtype."""
+    dt, off = RING_DTYPES[ring].fields[name][:2]
+    off += events.RINGBUF_HDR
+    return rows[:, off : off + dt.itemsize].copy().view(dt).ravel()
 
 
 def toggle_recording(consumer, ctx) -> None:

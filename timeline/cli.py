@@ -48,12 +48,13 @@ def _register():
 
     main.add_command(record.record)
     main.add_command(convert.convert_cmd)
-    from .commands import check, doctor, query, view
+    from .commands import check, doctor, merge, query, view
 
     main.add_command(query.query)
     main.add_command(check.check)
     main.add_command(view.view)
     main.add_command(doctor.doctor)
+    main.add_command(merge.merge_cmd)
 
 
 _register()

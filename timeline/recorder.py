@@ -22,6 +22,7 @@ import psutil
 from . import __version__, events, libbpf
 from .bpf_session import BpfSession
 from .errors import MachineError, UserError
+from . import capture
 from .capture import CaptureWindow, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
 from .ringlog import SegmentedLog
@@ -54,7 +55,6 @@ class RecordConfig:
     ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
     dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
     on_dump: object = None  # callable(raw path, n): a dump was written while running (record converts it)
-    capture_range: str | None = None  # --capture-range: "cuda-profiler" (timeline.capture)
     hang_timeout: float | None = None  # --hang-timeout: dump after this long without progress (timeline.hang)
 
 
@@ -70,6 +70,7 @@ class RecordResult:
     notes: list[str] = field(default_factory=list)  # plugins' summary lines
     drop_causes: dict[str, dict] = field(default_factory=dict)  # BpfSession.drop_causes()
     disk_full: RawLogFull | None = None  # the raw log's file system filled up: recording stopped there
+    ranked: int = 0  # processes with rank variables (RANK...) seen
 
 
 def _effective_caps() -> int:
@@ -82,6 +83,9 @@ def _effective_caps() -> int:
 
 def preflight(cfg: RecordConfig) -> None:
     """Every check that can fail before anything is loaded or launched."""
+    cuda_opts = cfg.options.get("cuda")
+    if cuda_opts is not None and getattr(cuda_opts, "capture_range", "none") != "none" and "cuda" not in cfg.events:
+        raise UserError("--capture-range cudaProfilerApi needs the cuda family (-e ...,cuda)")
     caps = _effective_caps()
     if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
         raise MachineError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
@@ -137,27 +141,29 @@ class _Consumer(threading.Thread):
         self.lock = threading.Lock()  # one writer at a time (plugins, final drain)
         self.plugins: list = []
         self._ranks = RankWatcher()  # rank variables, read once per process image
+        self.n_ranked = 0              # ranked process images seen (the summary's per-rank lines)
         self.ctx: RecorderContext | None = None
         self.window: CaptureWindow | None = None  # --delay (timeline.capture)
-        self.edge_hooks: list = []  # plugins' capture_edges (--capture-range)
         self.error: BaseException | None = None
         self.disk_full: RawLogFull | None = None  # recording stopped: no room for the raw log
 
     def drain_once(self) -> int:
         total = 0
         with self.lock:
-            batch = [(rid, reader.drain(), reader.stride) for rid, reader in self.session.readers.items()]
-            if self.window is not None and self.edge_hooks:
-                # capture-range edges (cudaProfilerStart/Stop) first: they move the
-                # window for every ring of this batch, drained before or after theirs
-                edges = sorted(e for hook in self.edge_hooks for rid, data, stride in batch if data
-                               for e in hook(rid, data, stride))
-                for ts, on, why in edges:
-                    if self.window.set(ts, on):
-                        self.writer.write_meta({"type": "capture", "on" if on else "off": ts, "by": why})
-            for rid, data, stride in batch:
-                if data and self.window is not None:
-                    data = self.window.keep(rid, data, stride)
+            batches = [(rid, reader.stride, reader.drain()) for rid, reader in self.session.readers.items()]
+            if self.window is not None:
+                # Window edges first (a capture range's start/stop calls), from
+                # every ring of this drain, then the cut: a record drained from
+                # another ring in the same drain is judged by the new edges.
+                marks = sorted(m for rid, stride, data in batches if data
+                               for plugin in self.plugins
+                               for m in plugin.capture_marks(rid, capture.as_rows(data, stride)))
+                for ts, on in marks:
+                    (self.window.set_on if on else self.window.set_off)(ts)
+                    self.writer.write_meta({"type": "capture", "on" if on else "off": ts, "by": "range"})
+                batches = [(rid, stride, self.window.keep(rid, data, stride, self._always_keep))
+                           for rid, stride, data in batches]
+            for rid, stride, data in batches:
                 if not data:
                     continue
                 self.writer.write_ring(rid, data)
@@ -165,6 +171,10 @@ class _Consumer(threading.Thread):
                 if rid == events.RING_PROC and self.ctx is not None:
                     self.ctx.note_proc_records(data, stride)
         return total
+
+    def _always_keep(self, ring, rows):
+        masks = [m for m in (p.always_keep(ring, rows) for p in self.plugins) if m is not None]
+        return np.logical_or.reduce(masks) if masks else None
 
     def stop(self) -> None:
         self._stopping = True
@@ -188,6 +198,7 @@ class _Consumer(threading.Thread):
         """Each new process image's rank variables, as a "ranks" meta block."""
         found = self._ranks.poll(self.ctx.processes)
         if found:
+            self.n_ranked += len(found)
             self.ctx.write_meta({"type": "ranks", "ts": self.ctx.now_ns(), "processes": found})
 
     def run(self) -> None:
@@ -317,7 +328,10 @@ class Recorder:
             raise MachineError(f"loading the eBPF programs failed: {e}") from None
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)
+        if isinstance(writer, SegmentedLog):
+            writer.always = consumer._always_keep
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
+        ctx.window_holder = consumer
         proc: subprocess.Popen | None = None
         reason, code = "target exited", 0
         try:
@@ -325,20 +339,24 @@ class Recorder:
             for plugin in plugins:
                 plugin.before_launch(ctx)
             consumer.plugins = plugins
-            if cfg.delay:
+            ranges = [r for r in (p.capture_range() for p in plugins) if r]
+            if ranges:  # off until the target opens the range
+                consumer.window = CaptureWindow(capture.NEVER)
+                ctx.write_meta({"type": "capture", "range": ranges[0]})
+            elif cfg.delay:
                 consumer.window = CaptureWindow(ctx.now_ns() + int(cfg.delay * 1e9))
                 ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
-            if cfg.capture_range:
-                consumer.edge_hooks = [p.capture_edges for p in plugins if hasattr(p, "capture_edges")]
-                consumer.window = consumer.window or CaptureWindow(None)  # off until the range starts
             consumer.start()
             self.start_time = time.monotonic()
             if cfg.pid:
                 ctx.target_pids = self._attach_tree(session, ctx, cfg.pid)
             else:
+                extra_env: dict[str, str] = {}
+                for plugin in plugins:
+                    extra_env.update(plugin.launch_env(ctx))
                 session.arm_launch(True)
                 try:
-                    proc = launch(cfg.command, run_as)
+                    proc = launch(cfg.command, run_as, extra_env)
                 finally:
                     session.arm_launch(False)
                 ctx.target_pids = [proc.pid]
@@ -495,6 +513,12 @@ class Recorder:
     def _finish(self, session, writer, consumer, reason, code, plugins) -> RecordResult:
         """Detach, drain everything left, write END: always runs."""
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
+        # Recording ends now: what follows (plugins' last look, detaching the
+        # probes, up to ~1 s with many uprobes) is our bookkeeping, not part of
+        # the timeline the user looks at.
+        stop_ts = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        if isinstance(writer, SegmentedLog):
+            writer.frozen = True  # the exit dump ends at stop_ts: keep every segment it reads
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
         raw_bytes = None
@@ -511,12 +535,15 @@ class Recorder:
                     consumer.ctx.summary.append(f"warning: {plugin.family}: {e}")
             session.detach()
             drops, causes = session.drops(), session.drop_causes()
+            for plugin in plugins:
+                for fam, n in plugin.drops().items():
+                    drops[fam] = [*drops.get(fam, []), n]
             try:
                 if consumer.disk_full is None:
                     consumer.drain_once()
                 writer.finish({"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(),
                                "exit_code": code, "reason": reason,
-                               "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+                               "stop_ts": stop_ts})
             except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
                 consumer.disk_full = consumer.disk_full or e
                 reason = "disk full"
@@ -527,7 +554,7 @@ class Recorder:
                 raw_bytes = writer.dump(self.cfg.raw_path, {"drops": drops, "drop_causes": causes,
                                                             "clock_end": _clock_snapshot(), "exit_code": code,
                                                             "reason": reason,
-                                                            "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+                                                            "stop_ts": stop_ts}, now=stop_ts)
                 consumer.ctx.summary.append(
                     f"ring: kept the last {self.cfg.ring:g}s; segments took at most {ring_disk:,} bytes on disk "
                     f"({writer.total_bytes:,} written in all)")
@@ -541,4 +568,4 @@ class Recorder:
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
                             raw_bytes if raw_bytes is not None else writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
-                            drop_causes=causes, disk_full=consumer.disk_full)
+                            drop_causes=causes, disk_full=consumer.disk_full, ranked=consumer.n_ranked)

@@ -26,7 +26,7 @@ import numpy as np
 from . import events
 from .family import load_spec
 from .rawlog import RawLogWriter
-from .registry import FAMILIES, options_of
+from .registry import FAMILIES, RING_DTYPES, options_of
 
 RECONCILE_S = 2.0  # s between looks at the proc ring's drop count (see reconcile_processes)
 
@@ -52,6 +52,9 @@ class RecorderContext:
         self._proc_lost = 0
         # (tgid, wait status) of processes that died from a signal or exited non-zero (--ring dumps them)
         self.failed_exits: list[tuple[int, int]] = []
+        # What holds the capture window (--delay, SIGUSR1): records a plugin
+        # writes pass through it like drained ones.  Set by the recorder.
+        self.window_holder = None
 
     @staticmethod
     def now_ns() -> int:
@@ -66,6 +69,11 @@ class RecorderContext:
         """Records produced in user space, laid out like a BPF ring (see
         events.encode_ring_bytes), under a ring id of the family's own."""
         with self._lock:
+            window = getattr(self.window_holder, "window", None)
+            if window is not None:
+                data = window.keep(ring, data, events.ring_stride(RING_DTYPES[ring]))
+                if not data:
+                    return
             self._writer.write_ring(ring, data)
 
     # -- recorded processes -----------------------------------------------
@@ -148,6 +156,11 @@ class RecorderPlugin:
     def before_launch(self, ctx: RecorderContext) -> None:
         """BPF is loaded and attached; the target has not started yet."""
 
+    def launch_env(self, ctx: RecorderContext) -> dict[str, str]:
+        """Variables to add to the launched command's environment (after
+        before_launch; not called in attach mode)."""
+        return {}
+
     def on_target(self, ctx: RecorderContext) -> None:
         """ctx.target_pids is known (launched, or the attached tree)."""
 
@@ -156,6 +169,26 @@ class RecorderPlugin:
 
     def stop(self, ctx: RecorderContext) -> None:
         """Recording ends: before the final drain and the END block."""
+
+    def capture_range(self) -> str:
+        """Non-empty: recording starts off and this family's capture_marks
+        open and close it (the name goes into the raw log)."""
+        return ""
+
+    def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
+        """Consumer thread, each drained batch before the capture window is
+        applied: (ts, on) edges of the window found in it (a capture range).
+        rows: capture.as_rows of the batch."""
+        return []
+
+    def always_keep(self, ring: int, rows):
+        """Rows of this family's rings kept outside the capture window (None: none)."""
+        return None
+
+    def drops(self) -> dict[str, int]:
+        """After stop: records this plugin knows were lost, by family (for
+        families whose records do not come through a BPF ring)."""
+        return {}
 
 
 def load(families, cfg) -> list[RecorderPlugin]:

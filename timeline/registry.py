@@ -9,10 +9,11 @@ from __future__ import annotations
 from .core_families import PROC, SCHED
 from .cuda.family import CUDA
 from .family import Family, Ring, option_fields
+from .gpu.family import GPU
 from .kctx.family import BLOCK, COUNTERS, IOCTL
 
 # Order: how `-e`'s default and help list them.
-FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA)
+FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU)
 
 FAMILIES: dict[str, Family] = {f.name: f for f in FAMILY_LIST}
 # Families on unless `-e` says otherwise: default_on, and the kernel can run them.

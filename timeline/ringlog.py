@@ -2,8 +2,9 @@
 
 Each segment is a whole raw log of its own (``<raw>.seg000001``...): the
 recording's header, then the *carried state* (every META block but the
-header, and every proc-ring block written so far: process tree, thread
-names, libraries, maps, ranks), then the blocks written while it was the
+header, every proc-ring block written so far, and the rows a family marks as
+bookkeeping (always_keep: kernel registrations, NCCL communicators): process
+tree, thread names, libraries, maps, ranks), then the blocks written while it was the
 current segment.  A new segment starts every ``keep/4`` seconds; a segment
 whose last block is older than ``keep`` is deleted.  So at any time the disk
 holds about ``keep + 2 * keep/4`` seconds of events plus one copy of the
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from . import events
-from .capture import CaptureWindow
+from .capture import CaptureWindow, as_rows
 from .registry import RING_DTYPES
 from .rawlog import KIND_META, KIND_RING, RawLogReader, RawLogWriter, dumps_meta
 from .safe_output import remove
@@ -59,6 +60,12 @@ class SegmentedLog:
         self.max_disk = 0     # most bytes the kept segments took at once
         self._n = 0
         self.writer: RawLogWriter | None = None
+        # callable(ring, rows) -> mask or None: a family's bookkeeping rows (kernel
+        # registrations, NCCL communicators) that later records need; carried like
+        # the proc ring (the recorder sets it to its plugins' always_keep)
+        self.always = None
+        self.frozen = False  # recording is stopping: no more rotations (nothing the exit dump needs is dropped)
+        self._strides = {int(k): v["stride"] for k, v in header["rings"].items()}
         self._open_segment(boottime_ns())
 
     # -- writing ------------------------------------------------------------
@@ -94,10 +101,15 @@ class SegmentedLog:
 
     def write_block(self, kind: bytes, payload, ring: int = 0) -> None:
         now = boottime_ns()
-        if now - self.segments[-1].start_ns >= self.seg_ns:
+        if now - self.segments[-1].start_ns >= self.seg_ns and not self.frozen:
             self._rotate(now)
         if kind == KIND_META or (kind == KIND_RING and ring == events.RING_PROC):
             self._state.append((kind, ring, bytes(payload)))
+        elif kind == KIND_RING and self.always is not None and ring in self._strides:
+            rows = as_rows(payload, self._strides[ring])
+            mask = self.always(ring, rows)
+            if mask is not None and mask.any():
+                self._state.append((kind, ring, rows[mask].tobytes()))
         self.writer.write_block(kind, payload, ring)
         self.max_disk = max(self.max_disk, self.disk_bytes())
 
@@ -117,7 +129,7 @@ class SegmentedLog:
         window = CaptureWindow(cut)
         # rings whose records carry a timestamp are cut at the window's start; others go whole
         strides = {int(k): v["stride"] for k, v in self.header["rings"].items()
-                   if int(k) in RING_DTYPES and "ts" in (RING_DTYPES[int(k)].names or ())}
+                   if int(k) in RING_DTYPES and {"ts", "start"} & set(RING_DTYPES[int(k)].names or ())}
         out = RawLogWriter(out_path, {**self.header, "ring": {"keep_ns": self.keep_ns, "from_ns": cut,
                                                               "to_ns": now}},
                            mode=self.mode, user=self.user)
@@ -126,10 +138,12 @@ class SegmentedLog:
             for i, seg in enumerate(kept):
                 with RawLogReader(seg.path) as r:
                     for j, blk in enumerate(r.blocks()):
-                        if j < seg.carried and i > 0:
-                            continue  # the state before this segment is already in from the first one
+                        if j < seg.carried:
+                            if i == 0:  # the state before the window, whole
+                                out.write_block(blk.kind, blk.payload, blk.ring)
+                            continue  # later segments' copies: already in from the first one
                         if blk.kind == KIND_RING and blk.ring != events.RING_PROC and blk.ring in strides:
-                            data = window.keep(blk.ring, blk.payload, strides[blk.ring])
+                            data = window.keep(blk.ring, blk.payload, strides[blk.ring], self.always)
                             if data:
                                 out.write_ring(blk.ring, data)
                         elif blk.kind in (KIND_META, KIND_RING):

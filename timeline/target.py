@@ -55,9 +55,11 @@ def resolve_command(argv: list[str], env: dict[str, str]) -> str:
     return path
 
 
-def launch(argv: list[str], run_as: RunAs | None) -> subprocess.Popen:
-    """Start the target; it stays in our process group so Ctrl-C reaches it."""
+def launch(argv: list[str], run_as: RunAs | None, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start the target; it stays in our process group so Ctrl-C reaches it.
+    extra_env: variables the families add (e.g. the gpu family's injection)."""
     env = dict(os.environ)
+    env.update(extra_env or {})
     kwargs = {}
     if run_as is not None:
         env.update(HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user)

@@ -357,12 +357,15 @@ class ViewerServer(ThreadingHTTPServer):
         timeline trace that names its recorded command, the UI also expands
         that process and pins its tracks (the group and its main thread, all
         titled '<name> <pid>') on top: v52 orders process groups by CPU time,
-        so a busy DataLoader worker or another rank could come first."""
+        so a busy DataLoader worker or another rank could come first.  GPU
+        groups ('GPU 0', gpu family) are expanded as well."""
         url = f"/{self.token}/index.html#!/?url={urllib.parse.quote(self.trace_url, safe=':/')}"
         if self.command_pid is not None:
             regex = f"^[^ ].* {self.command_pid}$"
             cmds = [{"id": cmd, "args": [regex]} for cmd in ("dev.perfetto.ExpandTracksByRegex",
                                                             "dev.perfetto.PinTracksByRegex")]
+            # GPU groups (gpu family) open too: their stream tracks show without a click
+            cmds.append({"id": "dev.perfetto.ExpandTracksByRegex", "args": ["^GPU [0-9]+$"]})
             url += "&startupCommands=" + urllib.parse.quote(json.dumps(cmds, separators=(",", ":")), safe="")
         return url
 

@@ -27,6 +27,7 @@ def build(dirpath: str) -> dict[str, str]:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise RuntimeError("the CUDA tests need a C compiler (cc) to build their stand-in libraries")
+    os.makedirs(dirpath, exist_ok=True)
     out = {}
     for name, (src, flags) in LIBS.items():  # in order: the runtime links against the driver
         path = os.path.join(dirpath, name)

@@ -99,6 +99,21 @@ def wait_snapshot(raw, timeout=60):
         time.sleep(0.02)
 
 
+def wait_attached(raw, path, timeout=60):
+    """The recorder notes a library in the raw log once all its probes are on;
+    an int3 at one function only says its first probe is (the return probe
+    may not be yet, and a call then is an entry without its return)."""
+    needle = b'"path":"%s"' % path.encode()
+    end = time.time() + timeout
+    while True:
+        with open(raw, "rb") as f:
+            if needle in f.read():
+                return
+        if time.time() > end:
+            sys.exit(f"the recorder did not note probes on {path}")
+        time.sleep(0.02)
+
+
 def kernels(kdir):
     k, ks = ctypes.CDLL(os.path.join(kdir, "libkernels.so")), ctypes.CDLL(os.path.join(kdir, "libkernels_stripped.so"))
     k.scale_kernel_address.restype = ks.scale_kernel_address.restype = c_void_p
@@ -150,6 +165,7 @@ def real(cudart, kdir, raw, copy_a, copy_b, standin_dir):
     for j, path in enumerate((copy_a, copy_b)):
         lib = load(path)
         wait_probed(lib.cudaLaunchKernel)
+        wait_attached(raw, path)
         lib.cudaLaunchKernel(kn["add"], dim3(11 * (j + 1), 1, 1), dim3(1, 1, 1), None, 0, None)
 
     env = dict(os.environ, RANK="3", WORLD_SIZE="8", LOCAL_RANK="1")

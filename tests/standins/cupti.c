@@ -179,8 +179,18 @@ static int cbid_of(int runtime, const char *name)
 	return -1;
 }
 
+/* As NVIDIA's CUPTI: API records carry pthread_self() unless asked for the system's thread ids. */
+static int system_thread_ids;
+CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type)
+{
+	system_thread_ids = type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM;
+	return CUPTI_SUCCESS;
+}
+
 static void t_api(int runtime, const char *name, uint64_t start, uint64_t end, uint32_t corr, uint32_t tid)
 {
+	if (!system_thread_ids)
+		tid = (uint32_t)pthread_self();
 	CUpti_ActivityKind kind = runtime ? CUPTI_ACTIVITY_KIND_RUNTIME : CUPTI_ACTIVITY_KIND_DRIVER;
 	int cbid = cbid_of(runtime, name);
 	CUpti_ActivityAPI *a;

@@ -67,7 +67,8 @@ CATALOG: tuple[Check, ...] = (
             "less than what happened (gaps in thread states, missing switches).",
         fix="Record again with a larger --buffer-size (MiB, power of two) or a shorter --flush-interval; "
             "losses the recorder reports as refused by the kernel with room left (summary, 'records refused' "
-            "track) are not helped by a bigger buffer.",
+            "track) are not helped by a bigger buffer, nor are the gpu family's (CUPTI's own buffers filled in "
+            "the traced process, or the injection library's messages were cut short).",
         params=(P("error_fraction", 0.01, "dropped / (recorded + dropped) from which the finding is an "
                                           "error (any drop is at least a warning)", hi=1),)),
     Check(
@@ -206,6 +207,23 @@ CATALOG: tuple[Check, ...] = (
         fix="Overlap the all-reduce with backward (DDP buckets, FSDP prefetch) or communicate less per step.",
         params=(P("min_comm_fraction", 0.05, "communication share of the steady state worth judging", hi=1),
                 P("overlap_warn_fraction", 0.5, "overlapped share of communication below which it warns", hi=1))),
+    Check(
+        "rank_straggler", "Straggler rank", ("sched",),
+        why="In data-parallel training every collective waits for the last rank to arrive: one slow rank "
+            "(more data, a busier host, a slower disk or device) sets the pace of all of them.",
+        fix="Look at what the named rank does while the others wait (its thread states, CUDA calls, DataLoader): "
+            "balance the data or sequence lengths, move it off a busy or throttled host, fix its input pipeline.",
+        params=(P("min_wait_ms", 1.0, "a main thread's sleep (S or D) at least this long counts as a wait", lo=0.01),
+                P("min_rounds", 5, "waits blamed on one rank before it is named", lo=1),
+                P("share_warn", 0.5, "share of all the ranks' waiting spent on one rank: warning from here", hi=1))),
+    Check(
+        "rank_imbalance", "Rank imbalance", ("sched",),
+        why="Ranks that do the same work per step should be equally busy; a spread means some ranks idle "
+            "at every collective while others compute.",
+        fix="Even out the work per rank (data sharding, sequence-length bucketing, pipeline stage balance) or find "
+            "why one host is slower (rank_straggler names the rank, cpu_contention what competes with it).",
+        params=(P("spread_warn", 0.2, "(most - least running time) / most, of the ranks' main threads: warning "
+                                       "from here", hi=1),)),
     Check(
         "hang", "Threads stuck at the end of the trace", ("cuda", "sched"),
         why="A job that hangs (a collective whose peer died, a deadlock, a stuck read) shows at the end of "

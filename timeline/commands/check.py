@@ -24,8 +24,64 @@ def _list_catalog() -> None:
         click.echo("")
 
 
+def _many(trace: str) -> list[str] | None:
+    """The traces a directory or glob names; None for a single trace file."""
+    from .merge import expand_inputs
+
+    if os.path.isfile(trace):
+        return None
+    if os.path.isdir(trace) or any(c in trace for c in "*?["):
+        paths = expand_inputs((trace,))
+        return [p for p in paths if os.path.isfile(p)]
+    return None
+
+
+def _check_many(paths, fmt, fail_on, ids, overrides, engine, tp_bin):
+    import time
+
+    from ..checks.fleet import fleet_summary, headline, run_fleet
+    from .interrupt import interruptible
+
+    t0 = time.monotonic()
+    with interruptible():
+        reports = run_fleet(paths, engine, tp_bin, ids, overrides)
+    seconds = time.monotonic() - t0
+    fleet = fleet_summary(reports)
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"fleet": {**fleet, "seconds": round(seconds, 2)}, "reports": reports},
+                                    indent=1) + "\n")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        from ..terminal import printable
+
+        table = Table(title=f"{len(paths)} traces, {seconds:.1f} s", show_lines=False)
+        for col in ("trace", "worst", "errors", "warnings", "worst finding"):
+            table.add_column(col, overflow="fold")
+        for rep in reports:
+            if "checks" not in rep:
+                table.add_row(printable(rep["trace"]), "unreadable", "", "", printable(rep["error"]))
+                continue
+            summ = rep["summary"]
+            table.add_row(printable(rep["trace"]), rep["worst"] or "ok", str(summ.get("error", 0)),
+                          str(summ.get("warning", 0)), printable(headline(rep)))
+        con = Console(highlight=False)
+        con.print(table)
+        if fleet["by_check"]:
+            con.print("fleet: " + "; ".join(f"{cid} error in {v['error']}, warning in {v['warning']}"
+                                            for cid, v in fleet["by_check"].items()))
+        else:
+            con.print("fleet: no warnings or errors")
+    if fleet["unreadable"]:
+        raise UserError(f"{fleet['unreadable']} of {len(paths)} traces could not be checked (see the table)")
+    worst = [r.get("worst") for r in reports if r.get("worst")]
+    if fail_on and any(FAIL_LEVELS.index(w) >= FAIL_LEVELS.index(fail_on) for w in worst if w in FAIL_LEVELS):
+        sys.exit(EXIT_FINDINGS)
+
+
 @click.command("check")
-@click.argument("trace", type=click.Path(dir_okay=False), required=False)
+@click.argument("trace", type=click.Path(dir_okay=True), required=False)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--fail-on", type=click.Choice(FAIL_LEVELS),
               help=f"Exit {EXIT_FINDINGS} when a finding is at least this severe (for CI).")
@@ -40,6 +96,8 @@ def _list_catalog() -> None:
 def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin):
     """Run the built-in checks on TRACE (input stalls, CPU contention, CUDA
     launch/sync/allocator/graph problems, block I/O, driver ioctls, drops).
+    TRACE may be a directory or a glob: every trace is checked, in parallel,
+    with one table and a fleet summary.
 
     Checks whose data is not in the trace say "not recorded". Exit status:
     0, or 1 with --fail-on when a finding reaches that severity, 2 on errors.
@@ -62,6 +120,13 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         select_checks(ids)
     except CheckConfigError as e:
         raise UserError(str(e)) from None
+    many = _many(trace)
+    if many is not None:
+        if annotate_out:
+            raise UserError("--annotate takes one trace, not a directory or glob")
+        if not many:
+            raise UserError(f"no trace matches {trace}")
+        return _check_many(many, fmt, fail_on, ids, overrides, engine, tp_bin)
     if annotate_out:
         from ..target import invoking_user
         from .output import check_writable

@@ -162,6 +162,9 @@ def check_families(privileged: bool) -> list[Check]:
     out = []
     for fam in FAMILIES:
         name, required = f"family {fam}", fam in REQUIRED_FAMILIES
+        if not FAMILIES[fam].bpf_object:  # records from elsewhere: gpu's injection library
+            out.append(check_injection_library())
+            continue
         if fam == "cuda" and not kernel_supported():
             out.append(Check(name, False, "needs uprobe attach cookies", "Linux >= 5.15"))
             continue
@@ -183,6 +186,15 @@ def check_families(privileged: bool) -> list[Check]:
         finally:
             session.close()
     return out
+
+
+def check_injection_library() -> Check:
+    from ..gpu.plugin import LIBRARY
+
+    if os.path.isfile(LIBRARY):
+        return Check("family gpu", True, f"injection library: {LIBRARY} (GPU activity of launched commands)")
+    return Check("family gpu", False, f"injection library not built ({LIBRARY})",
+                 "python -m timeline.bpf.build (needs pip install nvidia-cuda-cupti-cu12 for the headers)")
 
 
 def _bpf_fix(msg: str) -> str:

@@ -167,9 +167,6 @@ def _family_options(fn):
               help="Flight recorder: keep only the last DURATION (30s, 2m, 1h) in bounded segment files; "
                    "the trace at exit holds the last DURATION, and SIGUSR2 to the recorder writes one more "
                    "(-o's %n is its number, else STEM.N.pftrace) while recording goes on.")
-@click.option("--capture-range", type=click.Choice(["cuda-profiler"]),
-              help="Record events only between the target's cudaProfilerStart() and cudaProfilerStop() calls "
-                   "(needs the cuda family); the process tree and names are followed throughout.")
 @click.option("--hang-timeout", type=_Seconds(), metavar="S",
               help="With --ring: write a dump when the job makes no progress for S seconds (no CUDA/NCCL "
                    "call returns, no process starts or ends, main threads asleep; see docs/long-jobs.md).")
@@ -185,7 +182,7 @@ def _family_options(fn):
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
 @_family_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, delay, ring, capture_range, hang_timeout, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
+def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
            command, **family_values):
     """Record COMMAND (after --) or --pid N into a trace.
 
@@ -201,8 +198,6 @@ def record(output, fmt, pid, duration, delay, ring, capture_range, hang_timeout,
         raise UserError(f"no process with PID {pid}")
     if output == "":
         raise UserError("-o/--output needs a file name")
-    if capture_range and "cuda" not in _parse_events(events_):
-        raise UserError("--capture-range cuda-profiler needs the cuda family in -e")
     if hang_timeout and not ring:
         raise UserError("--hang-timeout writes a dump of the flight recorder: give --ring DURATION too")
     if output is None:
@@ -223,8 +218,7 @@ def record(output, fmt, pid, duration, delay, ring, capture_range, hang_timeout,
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
                        duration=duration, as_root=as_root, ring_mib=dict(buffer_size or {}),
                        poll_interval=flush_interval, owner=owner, options=family_options(family_values),
-                       delay=delay or 0.0, ring=ring, hang_timeout=hang_timeout,
-                       capture_range=capture_range)
+                       delay=delay or 0.0, ring=ring, hang_timeout=hang_timeout)
     pending = []
     if ring:
         dump_out = lambda n: dump_name(template, n, expand)  # noqa: E731
@@ -263,6 +257,14 @@ def record(output, fmt, pid, duration, delay, ring, capture_range, hang_timeout,
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
     for note in res.notes:
         say(f"timeline: {note}")
+    if res.ranked >= 2 and not quiet:
+        from ..rank_summary import rank_lines
+
+        try:
+            for line in rank_lines(raw, res.drops):
+                say(f"timeline: {line}")
+        except Exception as e:  # noqa: BLE001 - a summary line must not cost the recording
+            say(f"timeline: per-rank summary unavailable: {e}")
     for line in drop_warnings(res.drops, res.drop_causes):
         click.echo(f"timeline: warning: {printable(line)}", err=True)
     if res.disk_full is not None:

@@ -40,6 +40,7 @@ import numpy as np
 from .. import events as ev
 from .. import registry
 from ..rawlog import KIND_END, KIND_META, KIND_RING, Damage, RawLogReader
+from .call_links import CallLinks
 
 OUTSIDE_TID = 4194304  # PID_MAX_LIMIT on 64-bit: no real tid reaches it
 OUTSIDE_COMM = "outside the recording"
@@ -121,6 +122,8 @@ class LogModel:
     damage: Damage | None = None
     finalized: bool = False
     launched_pid: int | None = None  # launch mode: the recorded command's process
+    # flows between families' slices (a call -> the GPU work it caused), see call_links.py
+    call_links: CallLinks = dataclasses.field(default_factory=CallLinks)
 
     @property
     def command_pid(self) -> int | None:
@@ -239,8 +242,12 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
                 recs = _decode(blk, RING_DTYPES)
                 if recs is None or recs.size == 0:
                     continue
-                _note_ts(m, recs["ts"])
-                m.cpus.update(np.unique(recs["cpu"]).tolist())
+                names = recs.dtype.names
+                # Rings a plugin writes (gpu: CUPTI records) time their records
+                # by `start` and run on no CPU of ours.
+                _note_ts(m, recs["ts" if "ts" in names else "start"])
+                if "cpu" in names:
+                    m.cpus.update(np.unique(recs["cpu"]).tolist())
                 if blk.ring in ring_fams:
                     ring_fams[blk.ring].scan_ring(blk.ring, recs)
                 elif blk.ring == ev.RING_PROC:

@@ -105,7 +105,9 @@ class PerfettoWriter:
                 setattr(si.system_info.utsname, k, str(uts[k]))
         si.system_info.num_cpus = m.ncpu()
         self._packet(si)
-        self._metadata({"timeline_version": __version__})
+        # the host: `timeline merge` names each input's machine by it
+        self._metadata({"timeline_version": __version__, **({"timeline_host": str(uts["nodename"])}
+                                                            if uts.get("nodename") else {})})
         if m.end is not None:
             self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, m.start_ts(), {}, {})
             self._drop_counters(m.start_ts(), start=True)

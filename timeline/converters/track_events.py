@@ -48,6 +48,10 @@ SEQ_ID_TRACKS = 3
 # trace_processor's JSON parser makes a second process 0 next to the idle one.
 JSON_SYSTEM_PID = 4194304 + 2  # above PID_MAX_LIMIT, after model.OUTSIDE_TID and the JSON idle thread
 JSON_SYSTEM_NAME = "system-wide (devices, recorder)"
+# Track groups (GPUs) in Chrome JSON: a pseudo process each, a pseudo thread per
+# track, numbered above PID_MAX_LIMIT so they never meet a real pid or tid.
+JSON_GROUP_PID = 4194304 + 16
+JSON_GROUP_TID = 4194304 + 4096
 # Thread and process track descriptors go on a sequence of their own, with no
 # events: trace_processor (v52) lets a sequence's thread descriptor stand for
 # the thread of every event on that sequence, so on SEQ_ID_TRACKS an event
@@ -153,8 +157,31 @@ def groups_by_args(n: int, args) -> list[tuple[np.ndarray, list[Column]]]:
             for a, b, r0 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first.tolist())]
 
 
+def _flow_columns(ids) -> list[np.ndarray]:
+    """A flow id array (n,) or (n, k) -> k uint64 columns (0 = none): a slice may start several flows
+    (a graph launch -> each kernel it ran)."""
+    a = np.asarray(ids).astype("<u8", copy=False)
+    return [a] if a.ndim == 1 else [a[:, j] for j in range(a.shape[1])]
+
+
+def _flow_ids(v) -> list[int]:
+    """A per-row flow value (None, an int, or a sequence of ints; 0 = none) -> the ids."""
+    if v is None:
+        return []
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [int(x) for x in v if x]
+    return [int(v)] if v else []
+
+
 class TrackSink:
-    """The interface family converters write to."""
+    """The interface family converters write to.
+
+    Besides threads, a sink has track groups: `group_slices(group, track, ...)`
+    puts slices on a named track under a named group (GPU 0 -> GPU 0 · stream 7),
+    shown apart from the processes (Perfetto: a top-level track with child
+    tracks; Chrome JSON: a pseudo process per group, a pseudo thread per track);
+    `group_counters` a counter under the group.
+    """
 
     def slice(self, ts: int, dur: int, tid: int, pid: int | None, name: str, cat: str,
               args: dict | None = None, flow_out: int | None = None, flow_in: int | None = None) -> None:
@@ -180,16 +207,27 @@ class TrackSink:
         cols = [(c.key, c.pylist()) for c in args]
         fo = np.asarray(flow_out).tolist() if flow_out is not None else [0] * n
         fi = np.asarray(flow_in).tolist() if flow_in is not None else [0] * n
+        fo = [x if isinstance(x, list) else (x or None) for x in fo]
         pids = np.asarray(pid).tolist() if pid is not None else [None] * n
         for i, (t, d, th, p, nm, ct) in enumerate(zip(np.asarray(ts).tolist(), np.asarray(dur).tolist(),
                                                        np.asarray(tid).tolist(), pids, names, cats)):
             a = {k: v[i] for k, v in cols if v[i] is not None}
-            self.slice(t, d, th, p, nm, ct, a, flow_out=fo[i] or None, flow_in=fi[i] or None)
+            self.slice(t, d, th, p, nm, ct, a, flow_out=fo[i], flow_in=fi[i] or None)
 
     def counters(self, name: str, ts, values, pid: int | None = None) -> None:
         """Many values of one counter (ts, values: arrays; ints stay ints)."""
         for t, v in zip(np.asarray(ts).tolist(), np.asarray(values).tolist()):
             self.counter(name, t, v, pid=pid)
+
+    def group_slices(self, group: str, track: str, ts, dur, name, cat, args=(), flow_out=None, flow_in=None,
+                     lane: int = 0) -> None:
+        """Many slices on `track` under `group` (arguments as in `slices`).  Slices of one track must
+        nest; `lane` > 0 puts them on another track of the same name (overlapping work)."""
+        raise NotImplementedError
+
+    def group_counters(self, group: str, name: str, ts, values) -> None:
+        """Many values of counter `name` under `group`."""
+        raise NotImplementedError
 
     def finish(self) -> None:
         pass
@@ -371,10 +409,10 @@ class PerfettoTrackSink(TrackSink):
                 + f_varint(_TE_CATS, self._intern(_ID_CATS, cat)))
         if args:
             body += self._args(args)
-        if flow_out is not None:
-            body += f_fixed64(_TE_FLOW, flow_out)
-        if flow_in is not None:
-            body += f_fixed64(_TE_FLOW_END, flow_in)
+        for fid in _flow_ids(flow_out):
+            body += f_fixed64(_TE_FLOW, fid)
+        for fid in _flow_ids(flow_in):
+            body += f_fixed64(_TE_FLOW_END, fid)
         return body
 
     def _span(self, uuid, ts, dur, name, cat, args, flow_out=None, flow_in=None):
@@ -400,6 +438,51 @@ class PerfettoTrackSink(TrackSink):
                 d.parent_uuid = parent
             uuid = self._track(("lane", track, lane), fill, None)
         self._span(uuid, ts, dur, name, cat, args)
+
+    def _group_track(self, group: str, track: str | None = None, lane: int = 0, counter: bool = False) -> int:
+        """A top-level named track (the group), or a child track of it."""
+        g = self._track(("group", group), lambda d: setattr(d, "name", group), None)
+        if track is None:
+            return g
+
+        def fill(d):
+            d.name = track
+            d.parent_uuid = g
+            if counter:
+                d.counter.SetInParent()
+        return self._track(("gtrack", group, track, lane, counter), fill, None)
+
+    def group_slices(self, group, track, ts, dur, name, cat, args=(), flow_out=None, flow_in=None, lane=0):
+        n = len(ts)
+        if n == 0:
+            return
+        uuid = self._group_track(group, track, lane)
+        if self._write_framed is None:  # row by row
+            fo = np.asarray(flow_out).tolist() if flow_out is not None else [None] * n
+            fi = np.asarray(flow_in).tolist() if flow_in is not None else [None] * n
+            names = name.pylist() if isinstance(name, Column) else itertools.repeat(name, n)
+            cats = cat.pylist() if isinstance(cat, Column) else itertools.repeat(cat, n)
+            cols = [(c.key, c.pylist()) for c in args]
+            for i, (t, d, nm, ct) in enumerate(zip(np.asarray(ts).tolist(), np.asarray(dur).tolist(), names, cats)):
+                self._span(uuid, t, d, nm, ct, {k: v[i] for k, v in cols if v[i] is not None}, fo[i], fi[i])
+            return
+        ts = np.asarray(ts).astype(np.int64, copy=False)
+        end = ts + np.maximum(np.asarray(dur).astype(np.int64, copy=False), 0)
+        self._bulk_spans(ts, end, np.full(n, uuid, np.int64), name, cat, args, flow_out, flow_in)
+
+    def group_counters(self, group, name, ts, values):
+        n = len(ts)
+        if n == 0:
+            return
+        uuid = self._group_track(group, name, counter=True)
+        values = np.asarray(values)
+        if self._write_framed is None:
+            for t, v in zip(np.asarray(ts).tolist(), values.tolist()):
+                body = f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid)
+                body += f_varint(_TE_COUNTER, v) if isinstance(v, int) else f_double(_TE_DCOUNTER, float(v))
+                self._emit(t, body)
+            return
+        self._bulk_counter(uuid, np.asarray(ts).astype(np.int64, copy=False), values)
 
     def _after_start(self, pid: int | None, ts):
         """ts, or for a process counter no earlier than 1 ns after its fork."""
@@ -496,6 +579,11 @@ class PerfettoTrackSink(TrackSink):
                 else:
                     a.const(key(_DA_INT, 0))
                 return a.varint(v)
+        elif c.kind == "float":
+            def enc(idx):
+                v = vals[idx].astype("<f8")
+                return Rows(v.size).const(name + key(_DA_DOUBLE, 1)).piece(v.view(np.uint8).reshape(v.size, 8),
+                                                                          np.full(v.size, 8))
         elif c.kind == "str":
             strings = self._str_values(c, vals[present])
 
@@ -535,7 +623,11 @@ class PerfettoTrackSink(TrackSink):
         np.minimum.at(earliest, inv, ts)
         uuids = np.array([self._thread_track(t, None if pid is None else int(pid[i]), t0)
                           for t, i, t0 in zip(threads.tolist(), first.tolist(), earliest.tolist())], np.int64)
-        uuid = uuids[inv]
+        self._bulk_spans(ts, end, uuids[inv], name, cat, args, flow_out, flow_in)
+
+    def _bulk_spans(self, ts, end, uuid, name, cat, args, flow_out, flow_in) -> None:
+        """Begin/end packets of n slices on the tracks `uuid` (one per row)."""
+        n = ts.size
         name_cat = []
         for field, table_, v in ((_TE_NAME, _ID_NAMES, name), (_TE_CATS, _ID_CATS, cat)):
             if isinstance(v, Column):
@@ -543,8 +635,8 @@ class PerfettoTrackSink(TrackSink):
             else:
                 name_cat.append((field, f_varint(field, self._intern(table_, v))))
         encoders = {id(c): self._arg_encoder(c) for c in args}
-        flows = [(num, np.asarray(ids).astype("<u8")) for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in))
-                 if ids is not None]
+        flows = [(num, col) for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in)) if ids is not None
+                 for col in _flow_columns(ids)]
         ts_key, seq_tail = key(_PKT_TS, 0), self._seq_tail
         out = []
         for idx, cols in groups_by_args(n, args):
@@ -590,6 +682,10 @@ class PerfettoTrackSink(TrackSink):
                 d.parent_uuid = self._process_track(pid, int(ts[0]))
         uuid = self._track(("counter", name, pid), fill,
                            int(ts[0]) if pid is None else self._within("process", pid, int(ts[0])))
+        self._bulk_counter(uuid, ts, values)
+
+    def _bulk_counter(self, uuid: int, ts: np.ndarray, values: np.ndarray) -> None:
+        n = ts.size
         body = Rows(n).const(f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid))
         if values.dtype.kind == "f":
             body.const(key(_TE_DCOUNTER, 1)).piece(values.astype("<f8").view(np.uint8).reshape(n, 8),
@@ -612,6 +708,8 @@ class ChromeTrackSink(TrackSink):
         self._lanes = _Lanes()
         self._async_ids: dict[tuple[str, int], int] = {}
         self.used_system = False  # an event went to JSON_SYSTEM_PID (the writer names it)
+        self._groups: dict[str, int] = {}                      # group -> pseudo pid
+        self._group_tracks: dict[tuple[str, str, int], int] = {}  # (group, track, lane) -> pseudo tid
 
     def _emit(self, ev: dict) -> None:
         self._spool.write(orjson.dumps(ev) + b",\n")
@@ -629,11 +727,11 @@ class ChromeTrackSink(TrackSink):
         if args:
             ev["args"] = {k: v for k, v in args.items() if v is not None}
         self._emit(ev)
-        if flow_out is not None:
-            self._emit({"ph": "s", "id": flow_out, "ts": ts / 1000, "pid": pid, "tid": tid, "name": "flow", "cat": cat})
-        if flow_in is not None:
-            self._emit({"ph": "f", "bp": "e", "id": flow_in, "ts": ts / 1000, "pid": pid, "tid": tid,
-                        "name": "flow", "cat": cat})
+        for fid in _flow_ids(flow_out):
+            self._emit({"ph": "s", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid, "name": "flow", "cat": "flow"})
+        for fid in _flow_ids(flow_in):
+            self._emit({"ph": "f", "bp": "e", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid,
+                        "name": "flow", "cat": "flow"})
 
     def instant(self, ts, tid, pid, name, cat, args=None):
         ev = {"ph": "i", "s": "t", "ts": ts / 1000, "pid": self._pid(tid, pid), "tid": tid, "name": name, "cat": cat}
@@ -692,6 +790,11 @@ class ChromeTrackSink(TrackSink):
             else:
                 name_cat.append((field + orjson.dumps(v), None, None))
         strings = {id(c): self._json_strings(c) for c in args if c.kind == "str"}
+        floats = {}
+        for c in args:
+            if c.kind == "float":  # JSON text of each distinct value, gathered per row
+                u, inv = np.unique(c.values, return_inverse=True)
+                floats[id(c)] = (table([orjson.dumps(v) for v in u.tolist()]), inv.ravel())
         out = []
         for idx, cols in groups_by_args(n, args):
             r = Rows(idx.size).const(b'{"ph":"X","ts":')
@@ -711,20 +814,62 @@ class ChromeTrackSink(TrackSink):
                     r.const(b'"').hex(v).const(b'"')
                 elif c.kind == "str":
                     r.gather(strings[id(c)], v)
+                elif c.kind == "float":
+                    tab, codes = floats[id(c)]
+                    r.gather(tab, codes[idx])
                 else:
                     raise ValueError(f"unknown column kind {c.kind!r}")
             out.append(r.const(b"}},\n" if cols else b"},\n").build())
         self._spool.write(b"".join(out))
         self._n += n
-        for ids, ph in ((flow_out, "s"), (flow_in, "f")):  # few (CUDA graphs): one by one
+        # A flow's two ends are matched by (cat, name, id): one category for all of them, whatever
+        # families the slices at its ends belong to.
+        pid = np.asarray(pid).astype(np.int64)
+        for ids, head in ((flow_out, b'{"ph":"s","id":'), (flow_in, b'{"ph":"f","bp":"e","id":')):
             if ids is None:
                 continue
-            for i in np.flatnonzero(np.asarray(ids)).tolist():
-                ev = {"ph": ph, "id": int(ids[i]), "ts": int(ts[i]) / 1000, "pid": int(pid[i]), "tid": int(tid[i]),
-                      "name": "flow", "cat": cat if isinstance(cat, str) else cat.strings[cat.values[i]]}
-                if ph == "f":
-                    ev["bp"] = "e"
-                self._emit(ev)
+            for col in _flow_columns(ids):
+                rows = np.flatnonzero(col)
+                if not rows.size:
+                    continue
+                r = Rows(rows.size).const(head).decimal(col[rows]).const(b',"ts":')
+                self._us(r, ts[rows]).const(b',"pid":').decimal(pid[rows]).const(b',"tid":')
+                r.decimal(tid[rows].astype(np.int64)).const(b',"name":"flow","cat":"flow"},\n')
+                self._spool.write(r.build())
+                self._n += rows.size
+
+    # -- track groups: a pseudo process per group, a pseudo thread per track (and lane)
+    def _group_pid(self, group: str) -> int:
+        pid = self._groups.get(group)
+        if pid is None:
+            pid = self._groups[group] = JSON_GROUP_PID + len(self._groups)
+            self._emit({"ph": "M", "name": "process_name", "pid": pid, "tid": pid, "args": {"name": group}})
+            self._emit({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
+                        "args": {"sort_index": 1 << 20 | len(self._groups)}})
+        return pid
+
+    def _group_tid(self, group: str, track: str, lane: int) -> tuple[int, int]:
+        pid = self._group_pid(group)
+        tid = self._group_tracks.get((group, track, lane))
+        if tid is None:
+            tid = self._group_tracks[(group, track, lane)] = JSON_GROUP_TID + len(self._group_tracks)
+            self._emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
+            self._emit({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                        "args": {"sort_index": len(self._group_tracks)}})
+        return pid, tid
+
+    def group_slices(self, group, track, ts, dur, name, cat, args=(), flow_out=None, flow_in=None, lane=0):
+        n = len(ts)
+        if n == 0:
+            return
+        pid, tid = self._group_tid(group, track, lane)
+        self.slices(ts, dur, np.full(n, tid, np.int64), np.full(n, pid, np.int64), name, cat, args,
+                    flow_out, flow_in)
+
+    def group_counters(self, group, name, ts, values):
+        pid = self._group_pid(group)
+        for t, v in zip(np.asarray(ts).tolist(), np.asarray(values).tolist()):
+            self._emit({"ph": "C", "ts": t / 1000, "pid": pid, "name": name, "args": {"value": v}})
 
     def counters(self, name, ts, values, pid=None):
         n = len(ts)

@@ -65,6 +65,8 @@ class CudaConverter(FamilyConverter):
         self.rates: dict[tuple[int, str], dict[int, float]] = {}
         self._linked = False
         self._queue: list[np.ndarray] = []                 # call records waiting for a bulk write
+        self._queue_seq: list[np.ndarray] = []             # their numbers among the offered slices
+        self._seq = 0
         self._queued = 0
 
     # -- pass 1 -------------------------------------------------------------
@@ -72,7 +74,17 @@ class CudaConverter(FamilyConverter):
         if meta.get("type") == "maps":
             self.maps.add(meta)
 
+    def _written(self, recs: np.ndarray) -> np.ndarray:
+        """Records that become slices (both passes decide it the same way)."""
+        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
+        known = np.array([p is not None and p.role not in BOOKKEEPING for p in self.probes] + [False], bool)
+        return (recs["kind"] != ev.CUDA_NAME) & known[np.minimum(ids, len(self.probes))]
+
     def scan_ring(self, ring: int, recs: np.ndarray) -> None:
+        # Every slice this family writes can be the source of a flow another
+        # family asks for (call_links.py), numbered in the order written.
+        w = self._written(recs)
+        self.model.call_links.offer(recs["tid"][w], recs["tgid"][w], recs["ts"][w], recs["dur"][w])
         ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
         ok = ((recs["flags"] & ev.CF_HAS_RET) == 0) | ((recs["ret"] & 0xFFFFFFFF) == 0)
         has_out = (recs["flags"] & ev.CF_OUT) != 0
@@ -252,32 +264,34 @@ class CudaConverter(FamilyConverter):
         # Everything the slices need was learnt in pass 1, so blocks can wait
         # and go out together: fewer, larger bulk calls.
         self._pass1_done()
-        self._queue.append(recs[recs["kind"] != ev.CUDA_NAME])
-        self._queued += self._queue[-1].size
+        w = self._written(recs)
+        n = int(w.sum())
+        self._queue.append(recs[w])
+        self._queue_seq.append(np.arange(self._seq, self._seq + n, dtype=np.int64))
+        self._seq += n
+        self._queued += n
         if self._queued >= BATCH:
             self._flush(sink)
 
     def _flush(self, sink) -> None:
         if self._queue:
             recs = np.concatenate(self._queue) if len(self._queue) > 1 else self._queue[0]
-            self._queue, self._queued = [], 0
-            self._emit_calls(sink, recs)
+            seq = np.concatenate(self._queue_seq)
+            self._queue, self._queue_seq, self._queued = [], [], 0
+            self._emit_calls(sink, recs, seq)
 
-    def _emit_calls(self, sink, recs: np.ndarray) -> None:
+    def _emit_calls(self, sink, recs: np.ndarray, seq: np.ndarray) -> None:
         """All these calls in one bulk `slices` call: each probe's records
-        decoded to columns, gathered into columns for all rows."""
-        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
-        known = np.array([p is not None and p.role not in BOOKKEEPING for p in self.probes] + [False], bool)
-        keep = known[np.minimum(ids, len(self.probes))]
-        if not keep.all():
-            recs, ids = recs[keep], ids[keep]
+        decoded to columns, gathered into columns for all rows.  seq: each
+        record's number among the offered slices (call_links)."""
         n = recs.size
         if not n:
             return
+        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
         # Rows grouped by probe (in log order within a probe): each probe's
         # records are then a contiguous slice.
         order = np.argsort(ids, kind="stable")
-        recs, ids = recs[order], ids[order]
+        recs, ids, seq = recs[order], ids[order], seq[order]
         probe_ids, starts, counts = np.unique(ids, return_index=True, return_counts=True)
         probes = [self.probes[i] for i in probe_ids.tolist()]
         cats = list(dict.fromkeys(CATEGORY[p.api] for p in probes))
@@ -306,6 +320,9 @@ class CudaConverter(FamilyConverter):
                 for i, tid, ts in zip(idx.tolist(), group["tid"].tolist(), group["ts"].tolist()):
                     fin, fout = self.flows.get((tid, ts), (None, None))
                     flow_in[i], flow_out[i] = fin or 0, fout or 0
+        linked = self.model.call_links.flows(seq)  # flows to what the calls caused (the gpu family's)
+        if linked is not None:
+            flow_out = linked if flow_out is None else np.column_stack([flow_out, linked])
         sink.slices(recs["ts"], recs["dur"], recs["tid"], recs["tgid"],
                     Column("name", "str", names, [p.name for p in probes]), Column("cat", "str", cat_of, cats),
                     cols.columns(), flow_out=flow_out, flow_in=flow_in)

@@ -20,6 +20,11 @@ class CudaOptions:
     cuda_mode: str = option("full", "--cuda-mode", type=click.Choice(CUDA_MODES), show_default=True,
                             help="cuda family: entry-only records kernel launches without their return "
                                  "(lowest overhead).")
+    capture_range: str = option("none", "--capture-range", type=click.Choice(("none", "cudaProfilerApi")),
+                                show_default=True,
+                                help="cuda family: record only between the target's cudaProfilerStart() and "
+                                     "cudaProfilerStop() (or cuProfilerStart/Stop), as nsys "
+                                     "--capture-range=cudaProfilerApi; the process tree is followed throughout.")
 
 
 CUDA = Family(

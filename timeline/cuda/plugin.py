@@ -32,7 +32,7 @@ from ..recorder_plugins import RecorderContext, RecorderPlugin
 from . import attach
 from . import discovery as dsc
 from .family import CUDA_MODES
-from .probes import APIS, probes_for, table_meta
+from .probes import APIS, PROBES, Role, probes_for, table_meta
 from .symbols import ElfSymbols
 
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
@@ -90,8 +90,47 @@ class CudaPlugin(RecorderPlugin):
         self.next_due = 0.0                    # earliest next_check of self.procs
         self.attach_s = 0.0
 
+    # -- capture windows ----------------------------------------------------
+    # Probe ids (cookie & CK_ID_MASK) by what a window does with them.
+    _ROLE_OF = np.array([p.role for p in PROBES] + [Role.NONE], dtype=object)
+    _START = np.array([p.role == Role.PROFILER_START for p in PROBES] + [False])
+    _STOP = np.array([p.role == Role.PROFILER_STOP for p in PROBES] + [False])
+    # Kernel names and communicators come from calls made once (at library
+    # load, at communicator init): a window that starts later still needs them.
+    _ALWAYS = np.array([p.role in (Role.REGISTER_FUNCTION, Role.KERNEL_HANDLE, Role.FUNCTION_NAME,
+                                   Role.COMM_INIT, Role.COMM_SPLIT) for p in PROBES] + [False])
+
+    def _ids(self, rows):
+        from ..capture import field
+        ids = (field(rows, ev.RING_CUDA, "cookie") & ev.CK_ID_MASK).astype(np.int64)
+        return np.minimum(ids, len(PROBES))  # an unknown id -> the trailing False
+
+    def capture_range(self) -> str:
+        return "" if self.options.capture_range == "none" else self.options.capture_range
+
+    def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
+        if ring != ev.RING_CUDA or not self.capture_range():
+            return []
+        from ..capture import field
+        ids = self._ids(rows)
+        calls = field(rows, ring, "kind") != ev.CUDA_NAME
+        on, off = self._START[ids] & calls, self._STOP[ids] & calls
+        if not (on.any() or off.any()):
+            return []
+        ts = field(rows, ring, "ts")
+        # on from the start call's entry; off at the stop call's entry
+        return sorted([(int(t), True) for t in ts[on]] + [(int(t), False) for t in ts[off]])
+
+    def always_keep(self, ring: int, rows):
+        if ring != ev.RING_CUDA:
+            return None
+        from ..capture import field
+        return self._ALWAYS[self._ids(rows)] | (field(rows, ring, "kind") == ev.CUDA_NAME)
+
     # -- plugin hooks -------------------------------------------------------
     def preflight(self) -> None:
+        if self.capture_range() and getattr(self.cfg, "delay", 0):
+            raise UserError("--capture-range and --delay both choose when recording starts: use one")
         if self.mode not in CUDA_MODES:
             raise UserError(f"--cuda-mode must be full or entry-only, not {self.mode!r}")
         for p in self.extra:
@@ -135,21 +174,6 @@ class CudaPlugin(RecorderPlugin):
         if stats["nested_dropped"]:
             ctx.summary.append(f"cuda: {stats['nested_dropped']:,} driver calls made inside traced runtime "
                                "calls were folded into them")
-
-    # -- capture range (timeline.capture) -----------------------------------
-    def capture_edges(self, ring: int, data: bytes, stride: int) -> list[tuple[int, bool, str]]:
-        """--capture-range cuda-profiler: (ts, on, why) for each cudaProfilerStart/Stop call drained."""
-        if ring != ev.RING_CUDA:
-            return []
-        from .probes import BY_NAME
-
-        start, stop = BY_NAME["cudaProfilerStart"].id, BY_NAME["cudaProfilerStop"].id
-        recs = ev.decode_ring_bytes(data, ev.CUDA_EVENT)
-        ids = recs["cookie"] & ev.CK_ID_MASK
-        hit = recs[(ids == start) | (ids == stop)]
-        return [(int(r["ts"]), int(r["cookie"] & ev.CK_ID_MASK) == start,
-                 "cudaProfilerStart" if int(r["cookie"] & ev.CK_ID_MASK) == start else "cudaProfilerStop")
-                for r in hit]
 
     # -- hangs (timeline.hang) -----------------------------------------------
     def progress(self, ctx: RecorderContext) -> int:

@@ -47,8 +47,8 @@ class Role(str, Enum):
     COMM_INIT = "comm_init"
     COMM_SPLIT = "comm_split"
     COLLECTIVE = "collective"
-    PROFILER_START = "profiler_start"  # --capture-range cuda-profiler: recording on (timeline.capture)
-    PROFILER_STOP = "profiler_stop"
+    PROFILER_START = "profiler_start"   # --capture-range cudaProfilerApi: recording on
+    PROFILER_STOP = "profiler_stop"     # ... and off
 
 
 @dataclass(frozen=True)
@@ -140,11 +140,11 @@ def _table() -> list[Probe]:
         "graph=1:hex flags=2:u64 exec=out:hex", out=0)
     add("cudaGraphLaunch cudaGraphLaunch_ptsz", R, Role.GRAPH_LAUNCH, "exec=0:hex stream=1:hex", launch=True)
     add("cudaSetDevice", R, "", "device=0:i32")
+    add("cudaProfilerStart", R, Role.PROFILER_START)
+    add("cudaProfilerStop", R, Role.PROFILER_STOP)
     add("cudaGetDeviceCount", R, "", "count=out:i32", out=0)
     add("cudaStreamQuery cudaStreamQuery_ptsz", R, "", "stream=0:hex")  # 600 = not ready: polling
     add("cudaEventQuery", R, "", "event=0:hex")
-    add("cudaProfilerStart", R, Role.PROFILER_START)
-    add("cudaProfilerStop", R, Role.PROFILER_STOP)
     # Kernel names for runtime launches.  nvcc's registration code tells the
     # runtime which host symbol stands for which device function (mangled
     # name); launches pass that symbol, which need not be code in a mapped
@@ -183,6 +183,8 @@ def _table() -> list[Probe]:
     add("cuMemsetD8Async cuMemsetD8Async_ptsz cuMemsetD16Async cuMemsetD16Async_ptsz cuMemsetD32Async "
         "cuMemsetD32Async_ptsz", D, "", "ptr=0:hex value=1:u32 count=2:u64 stream=3:hex")
     add("cuCtxSynchronize", D)
+    add("cuProfilerStart", D, Role.PROFILER_START)
+    add("cuProfilerStop", D, Role.PROFILER_STOP)
     add("cuStreamSynchronize cuStreamSynchronize_ptsz", D, "", "stream=0:hex")
     add("cuEventSynchronize", D, "", "event=0:hex")
     add("cuStreamWaitEvent cuStreamWaitEvent_ptsz", D, "", "stream=0:hex event=1:hex flags=2:u32")

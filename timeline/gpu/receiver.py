@@ -1,7 +1,7 @@
 """Recorder side of the gpu family's socket: accepts the injection library's connections and stores what they send.
 
-Not yet wired into the recorder (see the branch report): a RecorderPlugin would start it in before_launch,
-put `socket_name` in the target's TIMELINE_GPU_SOCKET and call stop() in its stop hook.
+Started by the family's recorder plugin (plugin.py) before the target launches; its abstract socket name goes
+into the target's TIMELINE_GPU_SOCKET.
 Every byte from a peer is hostile: a peer outside the recorded tree is refused, and a broken message ends
 only that peer's connection, never the recording.
 """
@@ -34,6 +34,10 @@ class Receiver:
         self.listener.setblocking(False)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.listener, selectors.EVENT_READ, None)
+        # stop() wakes the loop through this pair: no periodic wake-ups while idle
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.stats = {"refused": 0, "wire_errors": 0, "cut_short": 0, "cupti_dropped": 0}
         self.counts: dict[int, dict[str, int]] = {}  # pid -> record kind name -> count
         self._stop = threading.Event()
@@ -48,13 +52,26 @@ class Receiver:
         hold the recording open), then closes everything; nothing is written after this returns."""
         self._deadline = time.monotonic() + timeout
         self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
         self.thread.join(timeout + 1.0)
+        self._wake_w.close()
 
     def _run(self):
         try:
             while True:
-                ready = self.sel.select(0.05)
+                # Blocks until a peer or stop() says something; once stopping,
+                # polls what is left without waiting.
+                ready = self.sel.select(0 if self._stop.is_set() else None)
                 for key, _ in ready:
+                    if key.data == "wake":
+                        try:
+                            self._wake_r.recv(64)
+                        except OSError:
+                            pass
+                        continue
                     if key.data is None:
                         self._accept()
                     else:
@@ -63,8 +80,9 @@ class Receiver:
                     break
         finally:
             for key in list(self.sel.get_map().values()):
-                if key.data is not None:
+                if isinstance(key.data, dict):
                     self._close(key.fileobj, key.data)
+            self._wake_r.close()
             self.sel.close()
             self.listener.close()
 

@@ -78,7 +78,9 @@ select w.ts, w.dur, s.n, s.n * 1e9 / w.dur as rate
 from (select (ts - (select ts from _tl_cc_span)) / cast(${window_s} * 1e9 as int) as win, count(*) as n
       from _tl_cc_st where state = 'Running' group by win) s
 join _tl_cc_win w using (win)
-where w.dur >= 0.1e9
+-- A short window (the last one, or the whole span when a full ring kept only
+-- the first tens of ms of a storm) gives a rate only from enough switches.
+where w.dur >= 0.1e9 or s.n >= 1000
 order by rate desc limit 1;
 
 -- A thread that hardly runs can wait a large share of its little CPU time at

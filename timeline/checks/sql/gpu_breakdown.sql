@@ -1,16 +1,21 @@
 -- Where each GPU's time went in the steady state: compute kernels,
 -- communication (NCCL) kernels not hidden behind compute, copies/memsets
 -- alone, idle; per step when the main thread marks steps with an NVTX range
--- (the range name it repeats most at the top level, by total time).
+-- (the range name it repeats most at the top level of its NVTX ranges, by
+-- total time).
+-- Top level among NVTX ranges: no NVTX range encloses it (the main thread's
+-- role slice, category dataloader, encloses them all).
+create or replace perfetto table _tl_gb_nvtx as
+select s.id, s.ts, s.dur, s.name from slice s join thread_track tt on s.track_id = tt.id
+where s.category = 'nvtx' and tt.utid = (select utid from tl_main_thread)
+  and not exists (select 1 from ancestor_slice(s.id) a where a.category = 'nvtx');
+
 create or replace perfetto table _tl_gb_stepname as
-select s.name from slice s join thread_track tt on s.track_id = tt.id
-where s.category = 'nvtx' and s.depth = 0 and tt.utid = (select utid from tl_main_thread)
-group by s.name having count(*) >= 3 order by sum(s.dur) desc limit 1;
+select name from _tl_gb_nvtx group by name having count(*) >= 3 order by sum(dur) desc limit 1;
 
 create or replace perfetto table _tl_gb_steps as
-select s.ts, s.dur, row_number() over (order by s.ts) as step from slice s join thread_track tt on s.track_id = tt.id
-where s.category = 'nvtx' and s.depth = 0 and tt.utid = (select utid from tl_main_thread)
-  and s.name = (select name from _tl_gb_stepname);
+select ts, dur, row_number() over (order by ts) as step from _tl_gb_nvtx
+where name = (select name from _tl_gb_stepname);
 
 -- Per step and device: the share of the step the device was idle, from each
 -- device's cumulative busy time at the step's start and end. A boundary finds

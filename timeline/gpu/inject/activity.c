@@ -159,6 +159,11 @@ const char *tl_activity_start(void)
 			return reason;
 		}
 	}
+	/* API records' threadId as the kernel's tid (gettid), the tid of every other event; CUPTI's
+	 * default on Linux is pthread_self(), which the converter cannot tie to a thread. */
+	if (tl_cupti.cuptiSetThreadIdType &&
+	    tl_cupti.cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
+		note_enabled("system_thread_ids");
 	/* Launch/copy/sync calls only: their correlation ids tie GPU work to a thread. */
 	if (tl_cupti.cuptiActivityEnableRuntimeApi && tl_cupti.cuptiActivityEnableDriverApi) {
 		for (i = 0; i < sizeof(runtime_cbids) / sizeof(*runtime_cbids); i++)

@@ -11,7 +11,7 @@
 	X(cuptiActivityFlushAll) X(cuptiActivityGetNumDroppedRecords)
 #define TL_CUPTI_OPTIONAL(X) \
 	X(cuptiActivityRegisterTimestampCallback) X(cuptiActivityFlushPeriod) \
-	X(cuptiActivityEnableRuntimeApi) X(cuptiActivityEnableDriverApi)
+	X(cuptiActivityEnableRuntimeApi) X(cuptiActivityEnableDriverApi) X(cuptiSetThreadIdType)
 
 struct tl_cupti_fns {
 #define TL_FIELD(name) __typeof__(name) *name;

@@ -1,0 +1,142 @@
+-- Which rank the others wait for.  Works without knowing the collectives
+-- (gloo on CPU, NCCL, anything): every long wait (S or D for at least
+-- min_wait_ms) of a rank's main thread is blamed on the other rank that was
+-- busiest (running or runnable) during it, if that rank was busy for at least
+-- half of it.  In a collective round the ranks that arrived first wait; the
+-- one still computing is the last to arrive.
+
+-- Ranks: the labels timeline writes on ranked processes (rank=N); the main
+-- thread is the process's first thread (tid = pid), where torch calls the collectives.
+create or replace perfetto table _tl_rs_ranks as
+select p.upid, p.pid, t.utid, cast(substr(a.display_value, 6) as int) as rank
+from process p join args a on a.arg_set_id = p.arg_set_id
+join thread t on t.upid = p.upid and t.tid = p.pid
+where a.key glob 'chrome.process_label*' and a.display_value glob 'rank=*';
+
+-- With NCCL collectives recorded (cuda family), rounds are the collectives
+-- themselves: the k-th collective call of every rank is one round (ranks call
+-- them in the same order), and the rank that enters it last is the straggler
+-- of that round, late by the gap to the next-latest rank.
+create or replace perfetto table _tl_rs_coll as
+select r.rank, s.ts, row_number() over (partition by r.rank order by s.ts) as k
+from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
+join _tl_rs_ranks r on r.upid = t.upid
+where s.category = 'nccl' and s.name glob 'nccl*'
+  and s.name in ('ncclAllReduce', 'ncclReduceScatter', 'ncclAllGather', 'ncclBroadcast', 'ncclBcast', 'ncclReduce');
+
+create or replace perfetto table _tl_rs_rounds as
+select k from _tl_rs_coll group by k having count(distinct rank) = (select count(*) from _tl_rs_ranks);
+
+create or replace perfetto table _tl_rs_arrivals as
+select c.k, c.rank, c.ts, row_number() over (partition by c.k order by c.ts desc) as pos
+from _tl_rs_coll c join _tl_rs_rounds using (k);
+
+create or replace perfetto table _tl_rs_coll_last as
+select a.k, a.rank, a.ts, a.ts - b.ts as late
+from _tl_rs_arrivals a join _tl_rs_arrivals b on b.k = a.k and b.pos = 2
+where a.pos = 1;
+
+create or replace perfetto table _tl_rs_coll_per_rank as
+select rank, count(*) as n, sum(late) as waited, (select count(*) from _tl_rs_rounds) as rounds from _tl_rs_coll_last
+group by rank;
+
+create or replace perfetto table _tl_rs_coll_median as
+select rank, late as median from (
+  select rank, late, row_number() over (partition by rank order by late) as i, count(*) over (partition by rank) as m
+  from _tl_rs_coll_last) where i = (m + 1) / 2;
+
+create or replace perfetto table _tl_rs_states as
+select r.rank, s.ts, s.dur, s.state from thread_state s join _tl_rs_ranks r using (utid) where s.dur > 0;
+
+create or replace perfetto table _tl_rs_waits as
+select row_number() over (order by ts) as wid, rank, ts, dur from _tl_rs_states
+where state in ('S', 'D') and dur >= ${min_wait_ms} * 1e6;
+
+-- Busy time of every other rank during each wait (interval overlap).
+create or replace perfetto table _tl_rs_busy as
+select w.wid, w.rank as waiter, s.rank as other, w.dur as wait,
+  sum(min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts)) as busy
+from _tl_rs_waits w join _tl_rs_states s
+  on s.rank != w.rank and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts and s.state in ('Running', 'R', 'R+')
+group by w.wid, s.rank;
+
+create or replace perfetto table _tl_rs_blame as
+select wid, waiter, other as blamed, wait, busy from (
+  select *, row_number() over (partition by wid order by busy desc) as k from _tl_rs_busy)
+where k = 1 and busy >= 0.5 * wait;
+
+create or replace perfetto table _tl_rs_per_rank as
+select b.blamed as rank, count(*) as n, sum(b.wait) as waited,
+  (select count(*) from _tl_rs_waits) as all_waits,
+  (select sum(dur) from _tl_rs_waits) as all_waited
+from _tl_rs_blame b group by b.blamed;
+
+-- Median wait blamed on each rank (nearest rank).
+create or replace perfetto table _tl_rs_median as
+select blamed as rank, wait as median from (
+  select blamed, wait, row_number() over (partition by blamed order by wait) as k,
+    count(*) over (partition by blamed) as n from _tl_rs_blame)
+where k = (n + 1) / 2;
+
+-- What the straggler was doing while the others waited for it.
+create or replace perfetto table _tl_rs_doing as
+select b.blamed as rank,
+  sum(iif(s.state = 'Running', min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts), 0)) as running,
+  sum(iif(s.state in ('R', 'R+'), min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts), 0)) as runnable,
+  sum(iif(s.state = 'D', min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts), 0)) as disk,
+  sum(iif(s.state = 'S', min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts), 0)) as sleeping
+from _tl_rs_blame b join _tl_rs_waits w using (wid)
+join _tl_rs_states s on s.rank = b.blamed and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts
+group by b.blamed;
+
+create or replace perfetto table _tl_rs as
+select r.rank, (select pid from _tl_rs_ranks x where x.rank = r.rank limit 1) as pid, r.n, r.waited, r.all_waits,
+  r.all_waited, m.median, d.running, d.runnable, d.disk, d.sleeping,
+  1.0 * r.waited / max(1, r.all_waited) as share
+from _tl_rs_per_rank r join _tl_rs_median m using (rank) join _tl_rs_doing d using (rank);
+
+create or replace perfetto table _tl_rs_named as
+select * from _tl_rs
+where n >= ${min_rounds} and share >= ${share_warn} and waited >= ${min_wait_ms} * 1e6 * ${min_rounds}
+  and not exists(select 1 from _tl_rs_rounds);
+
+create or replace perfetto table _tl_rs_coll_named as
+select c.rank, (select pid from _tl_rs_ranks x where x.rank = c.rank limit 1) as pid, c.n, c.waited, c.rounds,
+  m.median, 1.0 * c.n / c.rounds as share
+from _tl_rs_coll_per_rank c join _tl_rs_coll_median m using (rank)
+where c.n >= ${min_rounds} and 1.0 * c.n / c.rounds >= ${share_warn} and m.median >= ${min_wait_ms} * 1e6;
+
+select * from (select 'warning' as severity,
+  printf('rank %d (pid %d) kept the other ranks waiting: %d of their %d waits of >= %g ms were for it, %.2f s in '
+         || 'all (%.0f%% of all their waiting; median %.1f ms a round); meanwhile it was running %.0f%%, runnable '
+         || '%.0f%%, in disk wait %.0f%%, asleep %.0f%%',
+         rank, pid, n, all_waits, ${min_wait_ms}, waited / 1e9, 100.0 * share, median / 1e6,
+         100.0 * running / max(1, running + runnable + disk + sleeping),
+         100.0 * runnable / max(1, running + runnable + disk + sleeping),
+         100.0 * disk / max(1, running + runnable + disk + sleeping),
+         100.0 * sleeping / max(1, running + runnable + disk + sleeping)) as finding,
+  null as ts, null as dur, null as hint,
+  rank, n as rounds_last, round(waited / 1e6, 3) as waited_ms, round(median / 1e6, 3) as median_ms,
+  round(share, 4) as share
+from _tl_rs_named order by waited desc limit 3)
+union all
+select * from (select 'warning',
+  printf('rank %d (pid %d) entered the collectives last: in %d of %d NCCL rounds (the k-th collective call of '
+         || 'every rank), late by %.1f ms (median) behind the next-latest rank, %.2f s in all',
+         rank, pid, n, rounds, median / 1e6, waited / 1e9),
+  null, null, null, rank, n, round(waited / 1e6, 3), round(median / 1e6, 3), round(share, 4)
+from _tl_rs_coll_named order by n desc limit 3)
+union all
+select 'ok', printf('%d ranks, none kept the others waiting: of %d waits of >= %g ms, the most on one rank were '
+                    || '%.0f%% (rank %s; a straggler from %.0f%%)',
+                    (select count(*) from _tl_rs_ranks), (select count(*) from _tl_rs_waits), ${min_wait_ms},
+                    100.0 * coalesce((select max(share) from _tl_rs), 0),
+                    coalesce((select cast(rank as text) from _tl_rs order by share desc limit 1), '-'),
+                    100.0 * ${share_warn}),
+  null, null, null, null, null, null, null, null
+where (select count(*) from _tl_rs_ranks) >= 2 and not exists(select 1 from _tl_rs_named)
+  and not exists(select 1 from _tl_rs_coll_named)
+union all
+select 'n/a', 'fewer than two ranked processes (RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID) in this trace',
+  null, null, null, null, null, null, null, null
+where (select count(*) from _tl_rs_ranks) < 2;

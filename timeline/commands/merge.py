@@ -1,0 +1,101 @@
+"""`timeline merge TRACE... -o job.pftrace`: traces of several machines (or
+recorders) as one Perfetto trace, one machine per input, clocks aligned."""
+from __future__ import annotations
+
+import glob
+import os
+
+import click
+
+from ..errors import UserError
+from ..safe_output import OutputFile, open_for_reading
+from ..target import invoking_user
+from ..terminal import printable
+from .output import check_writable, human_bytes
+from .trace_input import check_trace_file
+
+TRACE_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
+
+
+def expand_inputs(args: tuple[str, ...]) -> list[str]:
+    """Files, directories (their traces, sorted) and globs, each file once."""
+    out: list[str] = []
+    for a in args:
+        if os.path.isdir(a):
+            found = sorted(os.path.join(a, f) for f in os.listdir(a) if f.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise UserError(f"{printable(a)} holds no Perfetto traces (*.pftrace)")
+        elif any(c in a for c in "*?[") and not os.path.exists(a):
+            found = sorted(glob.glob(a))
+            if not found:
+                raise UserError(f"no file matches {printable(a)}")
+        else:
+            found = [a]
+        out += [f for f in found if f not in out]
+    return out
+
+
+def _read(path: str, user) -> bytes:
+    if path.endswith((".json", ".json.gz")):
+        raise UserError(f"{printable(path)} is Chrome JSON, which cannot hold several machines: "
+                        "merge the .pftrace traces (`timeline convert RAW -o X.pftrace` makes one)")
+    check_trace_file(path)
+    try:
+        fd = open_for_reading(path, user)
+    except OSError as e:
+        raise UserError(f"cannot read {printable(path)}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        import gzip
+        data = gzip.decompress(data)
+    if data.lstrip()[:1] in (b"{", b"["):
+        raise UserError(f"{printable(path)} is Chrome JSON, which cannot hold several machines: "
+                        "merge the .pftrace traces")
+    return data
+
+
+@click.command("merge")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The merged .pftrace to write.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary.")
+def merge_cmd(traces, output, quiet):
+    """Merge traces from several machines into one: each input is a machine
+    (named by its host), timestamps aligned through each trace's REALTIME
+    clock snapshot.  TRACES: files, directories or globs of .pftrace files."""
+    from ..converters import merge_traces as mt
+
+    if output.endswith((".json", ".json.gz")):
+        raise UserError("Chrome JSON cannot hold several machines: write the merged trace as .pftrace")
+    paths = expand_inputs(traces)
+    if len(paths) < 2:
+        raise UserError(f"merge needs at least two traces, got {len(paths)}")
+    if os.path.abspath(output) in {os.path.abspath(p) for p in paths}:
+        raise UserError(f"{printable(output)} is one of the inputs: write the merged trace elsewhere")
+    user = invoking_user()
+    check_writable(output, user)
+    inputs = []
+    for p in paths:
+        try:
+            inputs.append(mt.parse(p, _read(p, user)))
+        except mt.MergeError as e:
+            raise UserError(printable(str(e))) from None
+    merged = mt.merge(inputs)
+    data = merged.SerializeToString()
+    with OutputFile(output, user) as f:
+        _write_all(f.fd, data)
+    if quiet:
+        return
+    for w in mt.overlap_warnings(inputs):
+        click.echo(f"timeline: warning: {printable(w)}", err=True)
+    for i, inp in enumerate(inputs):
+        click.echo(f"timeline: machine {i}: {printable(inp.host or '?')}  {printable(inp.path)}  "
+                   f"clock shift {inp.shift / 1e9:+.6f} s", err=True)
+    click.echo(f"timeline: wrote {printable(output)} ({human_bytes(len(data))}, {len(inputs)} machines)", err=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view[: 1 << 30])
+        view = view[n:]

@@ -1,0 +1,181 @@
+"""Merge Perfetto traces recorded on several machines into one trace.
+
+Each input becomes one machine (TracePacket.machine_id; trace_processor fills
+its `machine` table and keeps pids of different machines apart).  Clocks:
+every timeline trace starts with a ClockSnapshot of BOOTTIME and REALTIME
+taken together; an input's BOOTTIME timestamps are shifted so that the same
+REALTIME instant has the same timestamp on every machine (the first input is
+the reference).  That assumes the machines' REALTIME clocks agree (NTP/PTP);
+docs/distributed.md says what that means for the result.
+
+Why rewrite timestamps rather than emit RemoteClockSync packets: trace_processor
+applies a remote machine's clock offset only to timestamps it converts from
+another clock, not to ones already on the trace clock (BOOTTIME), which is
+what every timeline packet carries.  Rewriting is exact and works in any
+reader.  Only what timeline's writer emits is rewritten (packet timestamps,
+clock snapshots, ftrace events and compact sched); anything else is kept as
+is.  Track uuids, flow ids and packet sequence ids are made distinct per
+machine so that two inputs cannot collide.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+CLOCK_REALTIME, CLOCK_BOOTTIME = 1, 6
+SEQ_STRIDE = 1 << 16        # sequence ids of machine i: i * SEQ_STRIDE + original
+ID_SALT = 0x9E3779B97F4A7C15  # uuids/flow ids of machine i: mixed with i (64-bit)
+MASK64 = (1 << 64) - 1
+
+
+class MergeError(ValueError):
+    """An input cannot be merged; the message names it."""
+
+
+@dataclass
+class Input:
+    path: str
+    trace: pb.Trace
+    host: str = ""
+    boottime: int = 0          # first clock snapshot: BOOTTIME ...
+    realtime: int = 0          # ... and REALTIME taken with it
+    start: int = 0             # first and last packet timestamps (own BOOTTIME)
+    end: int = 0
+    shift: int = 0             # added to every BOOTTIME timestamp
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def realtime_span(self) -> tuple[int, int]:
+        d = self.realtime - self.boottime
+        return self.start + d, self.end + d
+
+
+def parse(path: str, data: bytes) -> Input:
+    trace = pb.Trace()
+    try:
+        trace.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError and others
+        raise MergeError(f"{path} is not a Perfetto protobuf trace") from None
+    inp = Input(path, trace)
+    ts = []
+    for pkt in trace.packet:
+        if pkt.HasField("clock_snapshot") and not inp.boottime:
+            clocks = {c.clock_id: c.timestamp for c in pkt.clock_snapshot.clocks}
+            if CLOCK_BOOTTIME in clocks and CLOCK_REALTIME in clocks:
+                inp.boottime, inp.realtime = clocks[CLOCK_BOOTTIME], clocks[CLOCK_REALTIME]
+        if pkt.HasField("chrome_events"):
+            for m in pkt.chrome_events.metadata:
+                inp.metadata[m.name] = m.string_value if m.HasField("string_value") else m.int_value
+        if pkt.HasField("timestamp"):
+            ts.append(pkt.timestamp)
+        if pkt.machine_id:
+            raise MergeError(f"{path} already holds several machines (a merged trace): merge its inputs instead")
+    if not trace.packet:
+        raise MergeError(f"{path} holds no trace packets")
+    if not inp.boottime:
+        raise MergeError(f"{path} has no BOOTTIME/REALTIME clock snapshot (not written by timeline?): "
+                         "its clock cannot be aligned")
+    inp.start, inp.end = (min(ts), max(ts)) if ts else (inp.boottime, inp.boottime)
+    inp.host = str(inp.metadata.get("timeline_host") or "")
+    return inp
+
+
+def _mix(i: int, value: int) -> int:
+    """An id of machine i, distinct from every id of the other machines (0 stays 0)."""
+    if not value or not i:
+        return value
+    x = (value ^ (i * ID_SALT)) & MASK64
+    x = (x * 0xBF58476D1CE4E5B9) & MASK64
+    return (x ^ (x >> 31)) or 1
+
+
+def _rewrite(pkt: pb.TracePacket, i: int, shift: int) -> None:
+    """Machine i's packet in place: its machine, its sequence, its ids, its times."""
+    pkt.machine_id = i
+    if pkt.trusted_packet_sequence_id:
+        pkt.trusted_packet_sequence_id = i * SEQ_STRIDE + pkt.trusted_packet_sequence_id
+    if pkt.HasField("timestamp"):
+        pkt.timestamp += shift
+    if pkt.HasField("clock_snapshot"):
+        for c in pkt.clock_snapshot.clocks:
+            if c.clock_id != CLOCK_REALTIME:  # REALTIME is the common ground; the others move with BOOTTIME
+                c.timestamp += shift
+    if pkt.HasField("track_descriptor"):
+        td = pkt.track_descriptor
+        td.uuid = _mix(i, td.uuid)
+        if td.HasField("parent_uuid"):
+            td.parent_uuid = _mix(i, td.parent_uuid)
+    if pkt.HasField("track_event"):
+        te = pkt.track_event
+        if te.HasField("track_uuid"):
+            te.track_uuid = _mix(i, te.track_uuid)
+        ids = [_mix(i, f) for f in te.flow_ids]
+        if ids:
+            del te.flow_ids[:]
+            te.flow_ids.extend(ids)
+        ids = [_mix(i, f) for f in te.terminating_flow_ids]
+        if ids:
+            del te.terminating_flow_ids[:]
+            te.terminating_flow_ids.extend(ids)
+    if pkt.HasField("trace_packet_defaults") and pkt.trace_packet_defaults.HasField("track_event_defaults"):
+        d = pkt.trace_packet_defaults.track_event_defaults
+        if d.HasField("track_uuid"):
+            d.track_uuid = _mix(i, d.track_uuid)
+    if pkt.HasField("ftrace_events"):
+        fe = pkt.ftrace_events
+        for ev in fe.event:
+            if ev.HasField("timestamp"):
+                ev.timestamp += shift
+        cs = fe.compact_sched
+        # delta-encoded: the first value is absolute
+        if len(cs.switch_timestamp):
+            cs.switch_timestamp[0] += shift
+        if len(cs.waking_timestamp):
+            cs.waking_timestamp[0] += shift
+    if pkt.HasField("process_tree") or pkt.HasField("system_info"):
+        pass  # no times or ids of their own beyond the packet's
+
+
+def align(inputs: list[Input]) -> None:
+    """Each input's shift: the same REALTIME instant at the same timestamp as on the first."""
+    ref = inputs[0]
+    ref_d = ref.realtime - ref.boottime
+    for inp in inputs:
+        inp.shift = (inp.realtime - inp.boottime) - ref_d
+
+
+def overlap_warnings(inputs: list[Input], slack_ns: int = 60 * 10**9) -> list[str]:
+    """Inputs whose recordings do not overlap in REALTIME (with a minute of
+    slack): probably not the same job, or a clock far off."""
+    out = []
+    spans = [inp.realtime_span for inp in inputs]
+    lo, hi = max(a for a, _ in spans), min(b for _, b in spans)
+    if lo - hi > slack_ns:
+        for inp, (a, b) in zip(inputs, spans):
+            if b + slack_ns < lo or a - slack_ns > hi:
+                out.append(f"{inp.path} ({inp.host or 'unknown host'}) does not overlap the other recordings in "
+                           f"wall-clock time by {(lo - hi) / 1e9:.0f} s: not the same job, or its clock is off")
+    return out
+
+
+def merge(inputs: list[Input]) -> pb.Trace:
+    """One trace; input i is machine i (0 = the first, the reference)."""
+    align(inputs)
+    out = pb.Trace()
+    for i, inp in enumerate(inputs):
+        for pkt in inp.trace.packet:
+            _rewrite(pkt, i, inp.shift)
+        # The machine's name where a reader can find it (metadata is per trace, so keyed by machine).
+        meta = pb.TracePacket()
+        meta.machine_id = i
+        for k, v in (("timeline_machine_host", inp.host or f"machine {i}"), ("timeline_machine_source", inp.path),
+                     ("timeline_machine_shift_ns", inp.shift)):
+            e = meta.chrome_events.metadata.add(name=f"{k}_{i}")
+            if isinstance(v, str):
+                e.string_value = v
+            else:
+                e.int_value = int(v)
+        out.packet.append(meta)
+        out.packet.extend(inp.trace.packet)
+    return out
