@@ -60,7 +60,7 @@ class HangWatch:
     def poll(self, ctx, plugins, now_ns: int) -> bool:
         """True once when the job has made no progress for the timeout."""
         session = ctx.session
-        counts = tuple(p.progress(ctx) for p in plugins if hasattr(p, "progress"))
+        counts = tuple(p.progress(ctx) for p in plugins)
         proc = session.readers[events.RING_PROC].records
         moved = (counts, proc) != self._counts
         if not moved and not any(counts):
@@ -79,11 +79,10 @@ class HangWatch:
         threads = threads_of(list(ctx.processes))
         calls: dict[int, dict] = {}
         for p in plugins:
-            if hasattr(p, "in_flight"):
-                try:
-                    calls.update(p.in_flight(ctx, threads, now_ns))
-                except Exception as e:  # a plugin must not cost the dump
-                    ctx.summary.append(f"warning: {p.family}: reading calls in flight failed: {e}")
+            try:
+                calls.update(p.in_flight(ctx, threads, now_ns))
+            except Exception as e:  # a plugin must not cost the dump
+                ctx.summary.append(f"warning: {p.family}: reading calls in flight failed: {e}")
         rows = []
         for tid, pid in sorted(threads.items()):
             state, name, wchan = thread_state(pid, tid)

@@ -185,6 +185,16 @@ class RecorderPlugin:
         """Rows of this family's rings kept outside the capture window (None: none)."""
         return None
 
+    def progress(self, ctx: RecorderContext) -> int:
+        """--hang-timeout (timeline.hang): a count that grows while the job makes
+        progress this family can see (the cuda family: calls returned)."""
+        return 0
+
+    def in_flight(self, ctx: RecorderContext, threads: dict[int, int], now_ns: int) -> dict[int, dict]:
+        """At a hang: {tid: {"call": name, "since": ts}} for threads (tid -> tgid)
+        stuck in a call this family traces; it may write records for them."""
+        return {}
+
     def drops(self) -> dict[str, int]:
         """After stop: records this plugin knows were lost, by family (for
         families whose records do not come through a BPF ring)."""
