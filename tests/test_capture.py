@@ -111,3 +111,4 @@ def test_sigusr1_toggles_recording(tmp_path):
     ts = raw["sched"]["ts"].astype(np.int64)
     assert ((ts < off) | (ts >= on)).all()
     assert (ts < off).sum() > 50 and (ts >= on).sum() > 50  # recorded on both sides of the pause
+

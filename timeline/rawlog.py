@@ -214,6 +214,15 @@ class RawLogWriter:
         self._thread.join()
         self._check()
 
+    def flush(self) -> None:
+        """Wait until every block queued so far is on disk (readers of the file see them)."""
+        if self._queue is None:
+            return
+        with self._cond:
+            while self._queued and self._error is None:
+                self._cond.wait()
+            self._check()
+
     def finish(self, stats: dict) -> None:
         self.write_block(KIND_END, dumps_meta({"type": "end", **stats}))
         self._drain_queue()

@@ -25,6 +25,8 @@ from .errors import MachineError, UserError
 from . import capture
 from .capture import CaptureWindow, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
+from .ringlog import SegmentedLog
+from .hang import HangWatch
 from .safe_output import remove
 from .ranks import RankWatcher
 from .recorder_plugins import RecorderContext
@@ -50,6 +52,10 @@ class RecordConfig:
     # family -> its options dataclass (registry.family_options); a family not here has its defaults
     options: dict[str, object] = field(default_factory=dict)
     delay: float = 0.0  # --delay: seconds before non-proc records are kept (timeline.capture)
+    ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
+    dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
+    on_dump: object = None  # callable(raw path, n): a dump was written while running (record converts it)
+    hang_timeout: float | None = None  # --hang-timeout: dump after this long without progress (timeline.hang)
 
 
 @dataclass
@@ -265,13 +271,16 @@ class Recorder:
         self.status = status  # callable(dict) for the progress line; None when none is shown
         self._signals: list[int] = []
         self.start_time = 0.0
+        self.dumps = 0  # dumps written while running (--ring)
+        self.plugins: list = []
 
     # -- signals ------------------------------------------------------------
     def _on_signal(self, signum, _frame):
         self._signals.append(signum)
 
     def _install_signals(self):
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1,
+                                                          signal.SIGUSR2)}
         return lambda: [signal.signal(s, h) for s, h in old.items()]
 
     # -- main ---------------------------------------------------------------
@@ -302,7 +311,10 @@ class Recorder:
         header["rings"] = {str(r.id): {"name": f.name, "record_size": r.dtype.itemsize,
                                        "stride": events.ring_stride(r.dtype)} for f in fams for r in f.rings}
         try:
-            writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
+            if cfg.ring:
+                writer = SegmentedLog(cfg.raw_path, header, cfg.ring, user=cfg.owner)
+            else:
+                writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
         except OSError as e:
             raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
         try:
@@ -316,6 +328,8 @@ class Recorder:
             raise MachineError(f"loading the eBPF programs failed: {e}") from None
         restore = self._install_signals()
         consumer = _Consumer(session, writer, cfg.poll_interval)
+        if isinstance(writer, SegmentedLog):
+            writer.always = consumer._always_keep
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
         ctx.window_holder = consumer
         proc: subprocess.Popen | None = None
@@ -350,6 +364,7 @@ class Recorder:
                 ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
             for plugin in plugins:
                 plugin.on_target(ctx)
+            self.plugins = plugins
             reason, code = self._wait(proc, consumer, session)
         finally:
             restore()
@@ -376,6 +391,7 @@ class Recorder:
     # Longest wait between checks when nothing wakes the main thread: it only
     # bounds how late a failed consumer thread is noticed.
     WAIT_MAX = 1.0
+    HANG_POLL_S = 0.5  # --hang-timeout: how often progress is looked for
     STATUS_S = 0.5  # progress for the status line, which shows it once a second
 
     def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
@@ -390,6 +406,7 @@ class Recorder:
         deadline = self.start_time + cfg.duration if cfg.duration else None
         interrupts = 0
         target = None if proc else psutil.Process(cfg.pid)
+        watch = HangWatch(cfg.hang_timeout, self.ctx.now_ns()) if cfg.hang_timeout and cfg.ring else None
         while True:
             if consumer.error:
                 raise consumer.error
@@ -406,20 +423,47 @@ class Recorder:
                 if sig == signal.SIGUSR1:  # toggle recording (timeline.capture)
                     toggle_recording(consumer, self.ctx)
                     continue
+                if sig == signal.SIGUSR2:  # --ring: dump the last DURATION now, record on
+                    if self.cfg.ring:
+                        self._dump(consumer, session, "SIGUSR2")
+                    continue
                 if proc is None:  # attach mode: stop recording, leave the target alone
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
                 self._forward(proc, sig, interrupts)
+            while cfg.ring and self.ctx.failed_exits:  # a process of the job died: dump what led to it
+                pid, status = self.ctx.failed_exits.pop(0)
+                if proc is None or pid != proc.pid:  # the target's own end: the trace at exit is the dump
+                    self._dump(consumer, session, f"pid {pid} " + (f"killed by signal {status & 0x7f}"
+                                                                  if status & 0x7f else f"exited {status >> 8}"))
+            if watch is not None:
+                now_ns = self.ctx.now_ns()
+                if watch.poll(self.ctx, self.plugins, now_ns):
+                    self.ctx.write_meta(watch.snapshot(self.ctx, self.plugins, now_ns))
+                    self._dump(consumer, session, "hang")
             now = time.monotonic()
             if deadline and now >= deadline:
                 return "duration reached", 0
-            timeout = self.WAIT_MAX
+            timeout = self.WAIT_MAX if watch is None else self.HANG_POLL_S
             if self.status is not None:
                 self.status(self._progress(consumer, session))  # reads BPF maps: only when shown
-                timeout = self.STATUS_S
+                timeout = min(timeout, self.STATUS_S)
             if deadline:
                 timeout = min(timeout, deadline - now)
             sleeper.sleep(timeout)
+
+    def _dump(self, consumer: _Consumer, session: BpfSession, why: str) -> None:
+        """Ring mode, while recording: write the last DURATION as its own raw log."""
+        consumer.drain_once()
+        self.dumps += 1
+        path = self.cfg.dump_raw_path(self.dumps)
+        with consumer.lock:
+            consumer.writer.dump(path, {"drops": session.drops(), "drop_causes": session.drop_causes(),
+                                        "clock_end": _clock_snapshot(), "exit_code": 0,
+                                        "reason": f"dump {self.dumps} ({why})",
+                                        "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+        if self.cfg.on_dump is not None:
+            self.cfg.on_dump(path, self.dumps)
 
     def _forward(self, proc: subprocess.Popen, sig: int, nth: int) -> None:
         """Launch mode: the target decides when it ends; we follow.
@@ -473,8 +517,11 @@ class Recorder:
         # probes, up to ~1 s with many uprobes) is our bookkeeping, not part of
         # the timeline the user looks at.
         stop_ts = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        if isinstance(writer, SegmentedLog):
+            writer.frozen = True  # the exit dump ends at stop_ts: keep every segment it reads
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
+        raw_bytes = None
         consumer.stop()
         if consumer.is_alive():
             consumer.join()
@@ -500,6 +547,18 @@ class Recorder:
             except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
                 consumer.disk_full = consumer.disk_full or e
                 reason = "disk full"
+            if isinstance(writer, SegmentedLog) and consumer.disk_full is None:
+                # the trace at exit: the last DURATION, as one ordinary raw log at raw_path
+                ring_disk = max(writer.max_disk, writer.disk_bytes())
+                writer.close()
+                raw_bytes = writer.dump(self.cfg.raw_path, {"drops": drops, "drop_causes": causes,
+                                                            "clock_end": _clock_snapshot(), "exit_code": code,
+                                                            "reason": reason,
+                                                            "stop_ts": stop_ts}, now=stop_ts)
+                consumer.ctx.summary.append(
+                    f"ring: kept the last {self.cfg.ring:g}s; segments took at most {ring_disk:,} bytes on disk "
+                    f"({writer.total_bytes:,} written in all)")
+                writer.remove_segments()
         finally:
             writer.close()
             records = {f.name: sum(session.readers[r.id].records for r in f.rings)
@@ -508,5 +567,5 @@ class Recorder:
             session.close()
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
-                            writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
+                            raw_bytes if raw_bytes is not None else writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
                             drop_causes=causes, disk_full=consumer.disk_full, ranked=consumer.n_ranked)

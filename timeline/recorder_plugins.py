@@ -50,6 +50,8 @@ class RecorderContext:
         self._plock = threading.Lock()
         self._reconcile_at = time.monotonic() + RECONCILE_S
         self._proc_lost = 0
+        # (tgid, wait status) of processes that died from a signal or exited non-zero (--ring dumps them)
+        self.failed_exits: list[tuple[int, int]] = []
         # What holds the capture window (--delay, SIGUSR1): records a plugin
         # writes pass through it like drained ones.  Set by the recorder.
         self.window_holder = None
@@ -100,10 +102,12 @@ class RecorderContext:
             return  # thread forks/exits, renames: the set of processes is unchanged
         with self._plock:
             procs = dict(self.processes)
-            for k, tgid, child in rec[["kind", "tgid", "child_tgid"]][keep].tolist():  # few: forks, execs
-                if k == events.PROC_EXIT:
+            for k, tgid, child, code in rec[["kind", "tgid", "child_tgid", "exit_code"]][keep].tolist():
+                if k == events.PROC_EXIT:  # few: forks, execs, process exits
                     procs.pop(tgid, None)
                     self._ended.add(tgid)
+                    if code:
+                        self.failed_exits.append((tgid, code))
                     continue
                 pid = child if k == events.PROC_FORK else tgid
                 self._gen += 1
@@ -180,6 +184,16 @@ class RecorderPlugin:
     def always_keep(self, ring: int, rows):
         """Rows of this family's rings kept outside the capture window (None: none)."""
         return None
+
+    def progress(self, ctx: RecorderContext) -> int:
+        """--hang-timeout (timeline.hang): a count that grows while the job makes
+        progress this family can see (the cuda family: calls returned)."""
+        return 0
+
+    def in_flight(self, ctx: RecorderContext, threads: dict[int, int], now_ns: int) -> dict[int, dict]:
+        """At a hang: {tid: {"call": name, "since": ts}} for threads (tid -> tgid)
+        stuck in a call this family traces; it may write records for them."""
+        return {}
 
     def drops(self) -> dict[str, int]:
         """After stop: records this plugin knows were lost, by family (for

@@ -5,6 +5,11 @@
  * library.  No communication happens; calls return ncclSuccess.
  */
 #include <stddef.h>
+#include <unistd.h>
+
+/* An all-reduce of this many elements never returns, like a collective
+ * whose peer died (for the --hang-timeout tests). */
+#define STANDIN_HANG_COUNT 0x4841ULL
 
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
@@ -19,6 +24,8 @@ int pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int ran
 int pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op,
 		   ncclComm_t comm, void *stream)
 {
+	while (count == STANDIN_HANG_COUNT)
+		pause();
 	standin_sink = (unsigned long long)sendbuff + (unsigned long long)recvbuff + count + datatype + op +
 		       (unsigned long long)comm + (unsigned long long)stream;
 	return 0;

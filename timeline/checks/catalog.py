@@ -227,6 +227,13 @@ CATALOG: tuple[Check, ...] = (
             "why one host is slower (rank_straggler names the rank, cpu_contention what competes with it).",
         params=(P("spread_warn", 0.2, "(most - least running time) / most, of the ranks' main threads: warning "
                                        "from here", hi=1),)),
+    Check(
+        "hang", "Threads stuck at the end of the trace", ("cuda", "sched"),
+        why="A job that hangs (a collective whose peer died, a deadlock, a stuck read) shows at the end of "
+            "its trace as threads blocked in one call or one wait; a --hang-timeout dump ends right there.",
+        fix="Look at the call each thread is stuck in: an NCCL collective on some ranks only means a rank "
+            "died or diverged (compare ranks' dumps); a sleep or D state points at a lock, a queue or I/O.",
+        params=(P("min_stuck_s", 1.0, "a call or wait open at the end counts from this many seconds"),)),
 )
 
 BY_ID = {c.id: c for c in CATALOG}

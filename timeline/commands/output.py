@@ -37,7 +37,7 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def expand_template(template: str, *, host: str, pid: int, env, when: float) -> str:
+def expand_template(template: str, *, host: str, pid: int, env, when: float, dump: int | None = None) -> str:
     """`-o` templates, so one command line serves every node and rank:
     %h host name, %p the recorder's pid (known before the target starts, when
     the name must already be checked), %r the rank from the recorder's own
@@ -68,8 +68,10 @@ def expand_template(template: str, *, host: str, pid: int, env, when: float) -> 
             return str(pid)
         if c == "r":
             return rank()
+        if c == "n" and dump is not None:  # --ring dumps; the caller says which
+            return str(dump)
         if c == "t":
             return time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
         shown = c if c.isprintable() and c else repr(c)
-        raise UserError(f"-o: unknown template %{shown} (known: %h host, %p pid, %r rank, %t time, %% a %)")
+        raise UserError(f"-o: unknown template %{shown} (known: %h host, %p pid, %r rank, %t time, %n dump number with --ring, %% a %)")
     return re.sub(r"%(.?)", sub, template, flags=re.S)

@@ -80,6 +80,36 @@ class _Seconds(click.ParamType):
         return v
 
 
+class _Duration(click.ParamType):
+    """--ring: seconds, or a number with s, m or h (`90`, `5s`, `2m`, `1.5h`)."""
+    name = "duration"
+    UNITS = {"s": 1, "m": 60, "h": 3600}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        mult = self.UNITS.get(text[-1:], None)
+        try:
+            v = float(text[:-1] if mult else text) * (mult or 1)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (like 30s, 2m or 1h)", param, ctx)
+        if not (0.5 <= v < float("inf")):
+            self.fail(f"{value!r}: a ring keeps at least 0.5 s", param, ctx)
+        return v
+
+
+def dump_name(template: str, n: int, expand) -> str:
+    """The n-th dump's file name: -o's %n, else <stem>.<n><suffix>."""
+    if "%n" in template.replace("%%", ""):
+        return expand(template, n)
+    out = expand(template, None)
+    for suf in (".pftrace", ".perfetto-trace", ".json.gz", ".json", ".tlraw"):
+        if out.endswith(suf):
+            return f"{out[: -len(suf)]}.{n}{suf}"
+    return f"{out}.{n}"
+
+
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT on 64-bit
 
 
@@ -126,12 +156,20 @@ def _family_options(fn):
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", help="Trace file to write (default: timeline-DATE-TIME.pftrace). "
               "A .json or .json.gz name selects Chrome JSON. Templates: %h host, %p recorder pid, "
-              "%r rank (RANK etc. in the recorder's environment), %t start time, %% a %.")
+              "%r rank (RANK etc. in the recorder's environment), %t start time, %n dump number (--ring), "
+              "%% a %.")
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]), help="Trace format (default perfetto).")
 @click.option("-p", "--pid", type=int, help="Attach to a running process and its descendants instead of launching.")
 @click.option("-d", "--duration", type=_Seconds(), help="Stop recording after this many seconds.")
 @click.option("--delay", type=_Seconds(), help="Record events only after this many seconds; "
               "the process tree and thread names are followed from the start.")
+@click.option("--ring", type=_Duration(), metavar="DURATION",
+              help="Flight recorder: keep only the last DURATION (30s, 2m, 1h) in bounded segment files; "
+                   "the trace at exit holds the last DURATION, and SIGUSR2 to the recorder writes one more "
+                   "(-o's %n is its number, else STEM.N.pftrace) while recording goes on.")
+@click.option("--hang-timeout", type=_Seconds(), metavar="S",
+              help="With --ring: write a dump when the job makes no progress for S seconds (no CUDA/NCCL "
+                   "call returns, no process starts or ends, main threads asleep; see docs/long-jobs.md).")
 @click.option("-e", "--events", "events_", default=",".join(DEFAULT_EVENTS), show_default=True,
               help=events_help())
 @click.option("--raw-only", is_flag=True, help="Write only the raw log (-o names it); convert later.")
@@ -144,7 +182,7 @@ def _family_options(fn):
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
 @_family_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, fmt, pid, duration, delay, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
+def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
            command, **family_values):
     """Record COMMAND (after --) or --pid N into a trace.
 
@@ -160,9 +198,18 @@ def record(output, fmt, pid, duration, delay, events_, raw_only, keep_raw, as_ro
         raise UserError(f"no process with PID {pid}")
     if output == "":
         raise UserError("-o/--output needs a file name")
+    if hang_timeout and not ring:
+        raise UserError("--hang-timeout writes a dump of the flight recorder: give --ring DURATION too")
     if output is None:
         output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
-    output = expand_template(output, host=socket.gethostname(), pid=os.getpid(), env=os.environ, when=time.time())
+    host, started = socket.gethostname(), time.time()
+
+    def expand(template, n):
+        return expand_template(template, host=host, pid=os.getpid(), env=os.environ, when=started, dump=n)
+
+    template = output
+    numbered = bool(ring) and "%n" in template.replace("%%", "")  # the exit trace is numbered too
+    output = expand(template, 0 if numbered else None)  # with %n: the raw log's name, renumbered at exit
     fmt = infer_format(output, fmt)
     raw = output if raw_only else raw_path_for(output)
     owner = invoking_user()  # in sudo mode outputs are created by, and belong to, this user
@@ -171,14 +218,40 @@ def record(output, fmt, pid, duration, delay, events_, raw_only, keep_raw, as_ro
     cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
                        duration=duration, as_root=as_root, ring_mib=dict(buffer_size or {}),
                        poll_interval=flush_interval, owner=owner, options=family_options(family_values),
-                       delay=delay or 0.0)
+                       delay=delay or 0.0, ring=ring, hang_timeout=hang_timeout)
+    pending = []
+    if ring:
+        dump_out = lambda n: dump_name(template, n, expand)  # noqa: E731
+        cfg.dump_raw_path = lambda n: dump_out(n) if raw_only else raw_path_for(dump_out(n))  # noqa: E731
+
+        def on_dump(raw_dump, n):  # convert off the main thread; recording goes on meanwhile
+            import threading
+
+            def work():
+                target = dump_out(n)
+                if not raw_only:
+                    run_conversion(raw_dump, target, infer_format(target, fmt), user=owner, quiet=True)
+                    if not keep_raw:
+                        remove(raw_dump, owner)
+                if not quiet:
+                    click.echo(f"timeline: dump {n}: wrote {printable(target)}", err=True)
+            t = threading.Thread(target=work, name=f"timeline-dump-{n}")
+            t.start()
+            pending.append(t)
+        cfg.on_dump = on_dump
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
-        res = Recorder(cfg, status=status if status.enabled else None).run()
+        recorder = Recorder(cfg, status=status if status.enabled else None)
+        res = recorder.run()
     except BPFError as e:  # the kernel refused an attach (load failures come as MachineError already)
         raise MachineError(f"attaching the eBPF programs failed: {e}") from None
     finally:
         status.clear()
+        for t in pending:
+            t.join()
+    if numbered:
+        output = expand(template, recorder.dumps + 1)
+        fmt = infer_format(output, fmt)
     say = (lambda msg: None) if quiet else (lambda msg: click.echo(printable(msg), err=True))
     kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")

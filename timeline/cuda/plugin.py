@@ -175,6 +175,30 @@ class CudaPlugin(RecorderPlugin):
             ctx.summary.append(f"cuda: {stats['nested_dropped']:,} driver calls made inside traced runtime "
                                "calls were folded into them")
 
+    # -- hangs (timeline.hang) -----------------------------------------------
+    def progress(self, ctx: RecorderContext) -> int:
+        """Grows while CUDA/NCCL calls return: the cuda ring's record count."""
+        return ctx.session.readers[ev.RING_CUDA].records
+
+    def in_flight(self, ctx: RecorderContext, threads: dict[int, int], now_ns: int) -> dict[int, dict]:
+        """tid -> the innermost call open on it ({"call", "since"}); the open calls
+        go into the raw log as call records ending at now_ns (cuda.inflight)."""
+        from . import inflight
+        from .probes import PROBES
+
+        tls = ctx.session.objects["cuda"].map("cuda_tls")
+        calls = []
+        for tid, tgid in threads.items():
+            calls += [(tgid, tid, ts, ck, args) for ts, ck, args in inflight.open_calls(tls, tid)]
+        if not calls:
+            return {}
+        ctx.write_ring(ev.RING_CUDA, ev.encode_ring_bytes(inflight.records(calls, now_ns)))
+        out = {}
+        for tgid, tid, ts, ck, _ in calls:  # outermost first: the innermost wins
+            pid = ck & ev.CK_ID_MASK
+            out[tid] = {"call": PROBES[pid].name if pid < len(PROBES) else f"probe {pid}", "since": ts}
+        return out
+
     # -- attaching ----------------------------------------------------------
     def _attach(self, ctx, path: str, found_by: str, api: str | None, pid: int | None = None):
         key = dsc.file_key(path)

@@ -1,0 +1,171 @@
+"""--ring: the raw log as a bounded series of segment files (issue 15).
+
+Each segment is a whole raw log of its own (``<raw>.seg000001``...): the
+recording's header, then the *carried state* (every META block but the
+header, every proc-ring block written so far, and the rows a family marks as
+bookkeeping (always_keep: kernel registrations, NCCL communicators): process
+tree, thread names, libraries, maps, ranks), then the blocks written while it was the
+current segment.  A new segment starts every ``keep/4`` seconds; a segment
+whose last block is older than ``keep`` is deleted.  So at any time the disk
+holds about ``keep + 2 * keep/4`` seconds of events plus one copy of the
+state per segment, whatever the run's length.
+
+A dump (:meth:`SegmentedLog.dump`) writes one ordinary raw log: the header,
+the oldest kept segment's carried state, then every kept segment's own
+blocks, with records of the event rings (all but proc) older than
+``now - keep`` cut off by their own timestamps, so the dump covers exactly
+the last ``keep`` seconds and knows every process and thread alive in them.
+
+The carried state grows with the number of processes and threads created
+(tens of bytes each), not with time.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from . import events
+from .capture import CaptureWindow, as_rows
+from .registry import RING_DTYPES
+from .rawlog import KIND_META, KIND_RING, RawLogReader, RawLogWriter, dumps_meta
+from .safe_output import remove
+
+SEGMENTS_PER_WINDOW = 4
+
+
+def boottime_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+@dataclass
+class Segment:
+    path: str
+    start_ns: int
+    carried: int      # blocks of carried state after the header
+    end_ns: int = 0   # when the last block was written (0: still current)
+    size: int = 0
+
+
+class SegmentedLog:
+    """RawLogWriter's interface (write_block/meta/ring, finish, close) over segments."""
+
+    def __init__(self, path: str, header: dict, keep_s: float, *, user=None, mode: int = 0o600):
+        self.path, self.header, self.user, self.mode = path, header, user, mode
+        self.keep_ns = int(keep_s * 1e9)
+        self.seg_ns = max(self.keep_ns // SEGMENTS_PER_WINDOW, 1)
+        self._state: list[tuple[bytes, int, bytes]] = []  # (kind, ring, payload) carried forward
+        self.segments: list[Segment] = []
+        self.total_bytes = 0  # over all segments ever written (the summary's "ring wrote")
+        self.max_disk = 0     # most bytes the kept segments took at once
+        self._n = 0
+        self.writer: RawLogWriter | None = None
+        # callable(ring, rows) -> mask or None: a family's bookkeeping rows (kernel
+        # registrations, NCCL communicators) that later records need; carried like
+        # the proc ring (the recorder sets it to its plugins' always_keep)
+        self.always = None
+        self.frozen = False  # recording is stopping: no more rotations (nothing the exit dump needs is dropped)
+        self._strides = {int(k): v["stride"] for k, v in header["rings"].items()}
+        self._open_segment(boottime_ns())
+
+    # -- writing ------------------------------------------------------------
+    def _open_segment(self, now: int) -> None:
+        self._n += 1
+        path = f"{self.path}.seg{self._n:06d}"
+        w = RawLogWriter(path, {**self.header, "ring_segment": self._n}, mode=self.mode, user=self.user,
+                         background=True)
+        for kind, ring, payload in self._state:
+            w.write_block(kind, payload, ring)
+        self.writer = w
+        self.segments.append(Segment(path, now, len(self._state)))
+
+    def _close_current(self, now: int) -> None:
+        w, seg = self.writer, self.segments[-1]
+        w.close()
+        seg.end_ns, seg.size = now, w.bytes_written
+        self.total_bytes += w.bytes_written
+
+    def _rotate(self, now: int) -> None:
+        self._close_current(now)
+        self._open_segment(now)
+        # drop segments wholly older than the window (their state lives on in later ones)
+        while len(self.segments) > 1 and self.segments[0].end_ns and self.segments[0].end_ns < now - self.keep_ns:
+            remove(self.segments.pop(0).path, self.user)
+
+    def disk_bytes(self) -> int:
+        return sum(s.size for s in self.segments[:-1]) + self.writer.bytes_written
+
+    @property
+    def bytes_written(self) -> int:
+        return self.total_bytes + self.writer.bytes_written
+
+    def write_block(self, kind: bytes, payload, ring: int = 0) -> None:
+        now = boottime_ns()
+        if now - self.segments[-1].start_ns >= self.seg_ns and not self.frozen:
+            self._rotate(now)
+        if kind == KIND_META or (kind == KIND_RING and ring == events.RING_PROC):
+            self._state.append((kind, ring, bytes(payload)))
+        elif kind == KIND_RING and self.always is not None and ring in self._strides:
+            rows = as_rows(payload, self._strides[ring])
+            mask = self.always(ring, rows)
+            if mask is not None and mask.any():
+                self._state.append((kind, ring, rows[mask].tobytes()))
+        self.writer.write_block(kind, payload, ring)
+        self.max_disk = max(self.max_disk, self.disk_bytes())
+
+    def write_meta(self, obj: dict) -> None:
+        self.write_block(KIND_META, dumps_meta(obj))
+
+    def write_ring(self, ring: int, data) -> None:
+        self.write_block(KIND_RING, data, ring)
+
+    # -- dumps --------------------------------------------------------------
+    def dump(self, out_path: str, stats: dict, *, now: int | None = None) -> int:
+        """Write the last `keep` seconds as one finalized raw log at out_path; returns its size.
+        The caller holds whatever lock keeps other writers out."""
+        now = now or boottime_ns()
+        self.writer.flush()
+        cut = now - self.keep_ns
+        window = CaptureWindow(cut)
+        # rings whose records carry a timestamp are cut at the window's start; others go whole
+        strides = {int(k): v["stride"] for k, v in self.header["rings"].items()
+                   if int(k) in RING_DTYPES and {"ts", "start"} & set(RING_DTYPES[int(k)].names or ())}
+        out = RawLogWriter(out_path, {**self.header, "ring": {"keep_ns": self.keep_ns, "from_ns": cut,
+                                                              "to_ns": now}},
+                           mode=self.mode, user=self.user)
+        try:
+            kept = [s for s in self.segments if not s.end_ns or s.end_ns >= cut]
+            for i, seg in enumerate(kept):
+                with RawLogReader(seg.path) as r:
+                    for j, blk in enumerate(r.blocks()):
+                        if j < seg.carried:
+                            if i == 0:  # the state before the window, whole
+                                out.write_block(blk.kind, blk.payload, blk.ring)
+                            continue  # later segments' copies: already in from the first one
+                        if blk.kind == KIND_RING and blk.ring != events.RING_PROC and blk.ring in strides:
+                            data = window.keep(blk.ring, blk.payload, strides[blk.ring], self.always)
+                            if data:
+                                out.write_ring(blk.ring, data)
+                        elif blk.kind in (KIND_META, KIND_RING):
+                            out.write_block(blk.kind, blk.payload, blk.ring)
+            out.finish(stats)
+        finally:
+            out.close()
+        return out.bytes_written
+
+    # -- end ----------------------------------------------------------------
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def finish(self, stats: dict) -> None:
+        """The current segment is finalized like a plain log (a crash-safe record of the last state)."""
+        self.writer.finish(stats)
+
+    def close(self) -> None:
+        if self.writer is not None and self.writer.fd >= 0:
+            self._close_current(boottime_ns())
+
+    def remove_segments(self) -> None:
+        for seg in self.segments:
+            remove(seg.path, self.user)
+        self.segments.clear()
