@@ -155,3 +155,39 @@ def test_nccl_rounds_name_the_late_rank(tmp_path, world, delayed):
     top = st.findings[0]
     assert top.message.startswith(f"rank {delayed} ") and "NCCL rounds" in top.message, top.message
     assert top.evidence["rounds_last"] >= 12 and 10 <= top.evidence["median_ms"] <= 40, top.evidence
+
+
+LOADER = """
+import os, time, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+class DS(Dataset):
+    def __len__(self): return 25
+    def __getitem__(self, i):
+        end = time.perf_counter() + (0.03 if rank == 1 else 0.005)   # rank 1's input pipeline is slow
+        while time.perf_counter() < end:
+            pass
+        return torch.ones(4)
+t = torch.ones(1 << 14)
+for batch in DataLoader(DS(), batch_size=1, num_workers=1):
+    dist.all_reduce(t)
+dist.destroy_process_group()
+"""
+
+
+def test_straggler_waiting_for_its_dataloader(tmp_path):
+    """What the straggler did meanwhile: here, waiting for its own DataLoader worker."""
+    import re
+    require_root()
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = str(tmp_path / "loader.pftrace")
+    cp = timeline_cmd("record", "-q", "-e", "sched", "-o", out, "--", torchrun, "--nproc-per-node", "2",
+                      "--master-port", "29571", str(script), timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    st = results(out)["rank_straggler"]
+    assert st.status == "warning" and st.findings[0].evidence["rank"] == 1, st.findings
+    loader = float(re.search(r"waiting for its DataLoader (\d+)%", st.findings[0].message).group(1))
+    assert loader >= 20, st.findings[0].message

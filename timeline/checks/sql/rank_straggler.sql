@@ -91,11 +91,27 @@ from _tl_rs_blame b join _tl_rs_waits w using (wid)
 join _tl_rs_states s on s.rank = b.blamed and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts
 group by b.blamed;
 
+-- Its DataLoader: time its worker processes ran during those waits, counted
+-- against the straggler's own sleep (asleep while its workers produce a batch
+-- is waiting for input).
+create or replace perfetto table _tl_rs_loader as
+select b.blamed as rank,
+  sum(min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts)) as loader_running
+from _tl_rs_blame b join _tl_rs_waits w using (wid)
+join _tl_rs_ranks r on r.rank = b.blamed
+join process wp on wp.parent_upid = r.upid and wp.upid in (select upid from _tl_workers)
+join thread wt on wt.upid = wp.upid
+join thread_state s on s.utid = wt.utid and s.state = 'Running' and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts
+group by b.blamed;
+
 create or replace perfetto table _tl_rs as
 select r.rank, (select pid from _tl_rs_ranks x where x.rank = r.rank limit 1) as pid, r.n, r.waited, r.all_waits,
-  r.all_waited, m.median, d.running, d.runnable, d.disk, d.sleeping,
+  r.all_waited, m.median, d.running, d.runnable, d.disk,
+  d.sleeping - min(d.sleeping, coalesce(l.loader_running, 0)) as sleeping,
+  min(d.sleeping, coalesce(l.loader_running, 0)) as loader,
   1.0 * r.waited / max(1, r.all_waited) as share
-from _tl_rs_per_rank r join _tl_rs_median m using (rank) join _tl_rs_doing d using (rank);
+from _tl_rs_per_rank r join _tl_rs_median m using (rank) join _tl_rs_doing d using (rank)
+left join _tl_rs_loader l using (rank);
 
 create or replace perfetto table _tl_rs_named as
 select * from _tl_rs
@@ -112,12 +128,13 @@ where c.n >= ${min_rounds} and 1.0 * c.n / c.rounds >= ${rounds_warn} and m.medi
 select * from (select 'warning' as severity,
   printf('rank %d (pid %d) kept the other ranks waiting: %d of their %d waits of >= %g ms were for it, %.2f s in '
          || 'all (%.0f%% of all their waiting; median %.1f ms a round); meanwhile it was running %.0f%%, runnable '
-         || '%.0f%%, in disk wait %.0f%%, asleep %.0f%%',
+         || '%.0f%%, in disk wait %.0f%%, waiting for its DataLoader %.0f%%, asleep otherwise %.0f%%',
          rank, pid, n, all_waits, ${min_wait_ms}, waited / 1e9, 100.0 * share, median / 1e6,
-         100.0 * running / max(1, running + runnable + disk + sleeping),
-         100.0 * runnable / max(1, running + runnable + disk + sleeping),
-         100.0 * disk / max(1, running + runnable + disk + sleeping),
-         100.0 * sleeping / max(1, running + runnable + disk + sleeping)) as finding,
+         100.0 * running / max(1, running + runnable + disk + loader + sleeping),
+         100.0 * runnable / max(1, running + runnable + disk + loader + sleeping),
+         100.0 * disk / max(1, running + runnable + disk + loader + sleeping),
+         100.0 * loader / max(1, running + runnable + disk + loader + sleeping),
+         100.0 * sleeping / max(1, running + runnable + disk + loader + sleeping)) as finding,
   null as ts, null as dur, null as hint,
   rank, n as rounds_last, round(waited / 1e6, 3) as waited_ms, round(median / 1e6, 3) as median_ms,
   round(share, 4) as share
