@@ -99,3 +99,66 @@ def test_bookkeeping_records_are_kept_outside_the_window():
     kept = events.decode_ring_bytes(window.keep(events.RING_CUDA, data, stride, plugin.always_keep),
                                     events.CUDA_EVENT)
     assert kept["ts"].tolist() == [100, 300, 400]  # the registration, then the range
+
+
+NVTX_WORKLOAD = textwrap.dedent("""
+    import os, sys, time, ctypes
+    sys.path.insert(0, sys.argv[2])
+    from cuda_workload import dim3, load
+    d = sys.argv[1]
+    rt = load(os.path.join(d, "libcudart.so.12"))
+    load(os.path.join(d, "libcuda.so.1"))
+    nv = ctypes.CDLL(os.path.join(d, "libnvtx_caller.so"))
+    nv.nvtx_push.argtypes = [ctypes.c_char_p]
+    dev = ctypes.c_void_p()
+    rt.cudaMalloc(ctypes.byref(dev), 1 << 20)          # cuInit: the injection library starts
+    def launches(grid):
+        for _ in range(3):
+            rt.cudaLaunchKernel(ctypes.c_void_p(0xf00d), dim3(grid, 1, 1), dim3(32, 1, 1), None, 0, None)
+        time.sleep(0.05)
+    launches(1)                      # before the first "train" range
+    nv.nvtx_push(b"train"); launches(2); nv.nvtx_pop()
+    launches(3)                      # between two instances: kept (first start to last end)
+    nv.nvtx_push(b"train"); launches(4); nv.nvtx_pop()
+    launches(5)                      # after the last: left out
+    time.sleep(0.5)                  # past the library's flush
+    print("done", flush=True)
+""")
+
+
+def test_nvtx_range_bounds_the_trace(tmp_path):
+    """--capture-range nvtx:train, through the stand-in driver/CUPTI and the real
+    NVTX loader: from the first "train" range's start to the last one's end."""
+    from standins import build_gpu
+    require_root()
+    libs = build_gpu(str(tmp_path / "libs"))
+    d = os.path.dirname(libs["libcudart.so.12"])
+    out = str(tmp_path / "n.pftrace")
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "standins"))
+    for k in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "TIMELINE_GPU_SOCKET"):
+        env.pop(k, None)
+    cp = timeline_cmd("record", "--keep-raw", "--capture-range", "nvtx:train", "--cuda-lib", libs["libcudart.so.12"],
+                      "-o", out, "--", sys.executable, "-c", NVTX_WORKLOAD, d, os.path.join(REPO, "tests", "standins"),
+                      env=env)
+    assert cp.returncode == 0 and "done" in cp.stdout, cp.stderr
+    assert "capture range nvtx:train:" in cp.stderr, cp.stderr
+    with open_trace(out) as tp:
+        grids = sorted({c["grid"] for c in slices(tp, "s.name = 'cudaLaunchKernel'")})
+        assert grids == ["2,1,1", "3,1,1", "4,1,1"], grids
+        ranges = [r[0] for r in tp.query("select name from slice where category = 'nvtx' order by ts").rows]
+        assert ranges == ["train", "train"], ranges
+        kernels = tp.query("select count(*) from slice where category = 'gpu_kernel'").rows[0][0]
+        assert kernels == 9  # the GPU side of the same three batches
+    # the raw log keeps everything: the cut is the conversion's
+    raw = out[: -len(".pftrace")] + ".tlraw"
+    log = read_raw(raw)
+    assert any(m.get("range") == "nvtx:train" for m in log["metas"] if m.get("type") == "capture")
+
+
+def test_nvtx_capture_range_needs_the_gpu_family(tmp_path):
+    require_root()
+    cp = timeline_cmd("record", "-e", "sched,cuda", "--capture-range", "nvtx:train", "-o",
+                      str(tmp_path / "x.pftrace"), "--", "true")
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "needs the gpu family" in cp.stderr, cp.stderr
+    cp = timeline_cmd("record", "--capture-range", "nvtx:", "-o", str(tmp_path / "x.pftrace"), "--", "true")
+    assert cp.returncode == 2 and "expected none, cudaProfilerApi or nvtx:NAME" in cp.stderr, cp.stderr

@@ -84,8 +84,11 @@ def _effective_caps() -> int:
 def preflight(cfg: RecordConfig) -> None:
     """Every check that can fail before anything is loaded or launched."""
     cuda_opts = cfg.options.get("cuda")
-    if cuda_opts is not None and getattr(cuda_opts, "capture_range", "none") != "none" and "cuda" not in cfg.events:
-        raise UserError("--capture-range cudaProfilerApi needs the cuda family (-e ...,cuda)")
+    rng = getattr(cuda_opts, "capture_range", "none") if cuda_opts is not None else "none"
+    if rng != "none" and "cuda" not in cfg.events:
+        raise UserError(f"--capture-range {rng} needs the cuda family (-e ...,cuda)")
+    if rng.startswith("nvtx:") and ("gpu" not in cfg.events or cfg.pid):
+        raise UserError(f"--capture-range {rng} needs the gpu family (-e ...,gpu), which only a launched command has")
     caps = _effective_caps()
     if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
         raise MachineError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")

@@ -9,7 +9,7 @@ import click
 
 from ..errors import UserError
 from ..rawlog import RawLogError
-from ..safe_output import open_for_reading
+from ..safe_output import open_for_reading, remove
 from ..target import invoking_user
 from .output import check_writable, human_bytes, infer_format
 
@@ -44,7 +44,16 @@ def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False)
         if user is not None:  # sudo: read the raw log as the user, never through a planted symlink
             raw_fd = open_for_reading(raw, user)
             src = f"/proc/self/fd/{raw_fd}"
-        res = convert(src, out, fmt=fmt, progress=progress, user=user)
+        from .nvtx_capture import prepare
+
+        cut, note = prepare(src, os.path.dirname(os.path.abspath(raw)), user)
+        if note and not quiet:
+            click.echo(f"timeline: {note}", err=True)
+        try:
+            res = convert(cut, out, fmt=fmt, progress=progress, user=user)
+        finally:
+            if cut != src:
+                remove(cut, user)
     except (RawLogError, ValueError) as e:
         raise UserError(str(e).replace(src, raw)) from None
     except OSError as e:

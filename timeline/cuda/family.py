@@ -12,6 +12,16 @@ from . import kernel_supported
 CUDA_MODES = ("full", "entry-only")
 
 
+class CaptureRange(click.ParamType):
+    name = "capture range"
+
+    def convert(self, value, param, ctx):
+        if value in ("none", "cudaProfilerApi") or (isinstance(value, str) and value.startswith("nvtx:")
+                                                    and len(value) > 5):
+            return value
+        self.fail(f"{value!r}: expected none, cudaProfilerApi or nvtx:NAME", param, ctx)
+
+
 @dataclass(frozen=True)
 class CudaOptions:
     cuda_libs: tuple[str, ...] = option((), "--cuda-lib", multiple=True, metavar="PATH",
@@ -20,11 +30,12 @@ class CudaOptions:
     cuda_mode: str = option("full", "--cuda-mode", type=click.Choice(CUDA_MODES), show_default=True,
                             help="cuda family: entry-only records kernel launches without their return "
                                  "(lowest overhead).")
-    capture_range: str = option("none", "--capture-range", type=click.Choice(("none", "cudaProfilerApi")),
-                                show_default=True,
-                                help="cuda family: record only between the target's cudaProfilerStart() and "
-                                     "cudaProfilerStop() (or cuProfilerStart/Stop), as nsys "
-                                     "--capture-range=cudaProfilerApi; the process tree is followed throughout.")
+    capture_range: str = option("none", "--capture-range", type=CaptureRange(), show_default=True,
+                                metavar="none|cudaProfilerApi|nvtx:NAME",
+                                help="Record only between the target's cudaProfilerStart() and cudaProfilerStop() "
+                                     "(or cuProfilerStart/Stop), as nsys --capture-range=cudaProfilerApi; or, "
+                                     "with nvtx:NAME (gpu family), from the first NVTX range NAME's start to the "
+                                     "last one's end (cut at conversion). The process tree is followed throughout.")
 
 
 CUDA = Family(

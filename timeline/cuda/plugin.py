@@ -106,7 +106,8 @@ class CudaPlugin(RecorderPlugin):
         return np.minimum(ids, len(PROBES))  # an unknown id -> the trailing False
 
     def capture_range(self) -> str:
-        return "" if self.options.capture_range == "none" else self.options.capture_range
+        # nvtx:NAME is cut at conversion (timeline/commands/nvtx_capture.py), not here
+        return self.options.capture_range if self.options.capture_range == "cudaProfilerApi" else ""
 
     def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
         if ring != ev.RING_CUDA or not self.capture_range():
@@ -141,6 +142,8 @@ class CudaPlugin(RecorderPlugin):
         return {"cuda": {"probes": table_meta(), "mode": self.mode}}
 
     def before_launch(self, ctx: RecorderContext) -> None:
+        if self.options.capture_range.startswith("nvtx:"):
+            ctx.write_meta({"type": "capture", "range": self.options.capture_range})
         t0 = time.monotonic()
         new = [self._attach(ctx, p, "--cuda-lib", api=None) for p in self.extra]
         if self.cfg.command:
