@@ -21,32 +21,38 @@ from ..registry import RING_DTYPES
 PREFIX = "nvtx:"
 
 
-def _scan(raw: str) -> tuple[str | None, dict, list]:
-    """The capture range's NVTX name (or None), per-pid strings, NVTX records."""
+def _range_name(raw: str) -> str | None:
+    """The NVTX capture range's name, from the raw log's header alone: every
+    conversion asks, and only such a recording is read a second time."""
+    with RawLogReader(raw) as rd:
+        rng = str(rd.header.get("capture_range") or "")
+    return rng[len(PREFIX):] if rng.startswith(PREFIX) else None
+
+
+def _scan(raw: str) -> tuple[dict, list]:
+    """Per-pid strings and the NVTX records of the gpu family."""
     from ..gpu import records as gr
 
-    name, strings, nvtx = None, {}, []
+    strings, nvtx = {}, []
     with RawLogReader(raw) as rd:
         for blk in rd.blocks():
             if blk.kind == KIND_META:
                 meta = blk.json()
-                t = meta.get("type")
-                if t == "capture" and str(meta.get("range", "")).startswith(PREFIX):
-                    name = meta["range"][len(PREFIX):]
-                elif t == "gpu_strings" and isinstance(meta.get("strings"), dict):
+                if meta.get("type") == "gpu_strings" and isinstance(meta.get("strings"), dict):
                     strings.setdefault(meta.get("pid"), {}).update(meta["strings"])
             elif blk.kind == KIND_RING and blk.ring == gr.RING_GPU:
                 recs = events.decode_ring_bytes(blk.payload, gr.GPU_RECORD)
                 nvtx.append(recs[recs["kind"] == gr.NVTX][["pid", "name", "start", "end"]])
-    return name, strings, nvtx
+    return strings, nvtx
 
 
 def window_of(raw: str) -> tuple[str | None, tuple[int, int] | None]:
     """(NAME, (first start, last end)) of the recording's NVTX capture range;
     (None, None) without one; (NAME, None) when no such range was recorded."""
-    name, strings, nvtx = _scan(raw)
+    name = _range_name(raw)
     if name is None:
         return None, None
+    strings, nvtx = _scan(raw)
     lo = hi = None
     for part in nvtx:
         for pid, sid, start, end in part.tolist():

@@ -139,7 +139,10 @@ class CudaPlugin(RecorderPlugin):
                 raise UserError(f"--cuda-lib {p}: no such file")
 
     def header(self) -> dict:
-        return {"cuda": {"probes": table_meta(), "mode": self.mode}}
+        out = {"cuda": {"probes": table_meta(), "mode": self.mode}}
+        if self.options.capture_range.startswith("nvtx:"):  # cut at conversion: said where it looks first
+            out["capture_range"] = self.options.capture_range
+        return out
 
     def before_launch(self, ctx: RecorderContext) -> None:
         if self.options.capture_range.startswith("nvtx:"):
