@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import events
+from .rawlog import KIND_META, KIND_RING
 from .registry import RING_DTYPES
 
 _OPEN = (1 << 64) - 1
@@ -57,9 +58,7 @@ class CaptureWindow:
         if ring == events.RING_PROC or not data:
             return data
         rows = as_rows(data, stride)
-        fields = RING_DTYPES[ring].fields
-        off = events.RINGBUF_HDR + fields["ts" if "ts" in fields else "start"][1]  # gpu records: start
-        ts = rows[:, off : off + 8].copy().view("<u8").ravel()
+        ts = field(rows, ring, "ts" if "ts" in RING_DTYPES[ring].fields else "start")  # gpu records: start
         a, b = self.intervals[-1]
         if ts.size and a <= ts.min() and ts.max() < b:  # the whole batch is on: no copy
             return data
@@ -95,3 +94,21 @@ def toggle_recording(consumer, ctx) -> None:
             consumer.window = CaptureWindow(0)
         on = consumer.window.toggle(now)
     ctx.write_meta({"type": "capture", "on" if on else "off": now})
+
+
+def timed_strides(header: dict) -> dict[int, int]:
+    """Ring id -> stride, from a raw log's header, of the rings a window can cut
+    (their records carry `ts` or `start`)."""
+    return {int(k): v["stride"] for k, v in header.get("rings", {}).items()
+            if int(k) in RING_DTYPES and {"ts", "start"} & set(RING_DTYPES[int(k)].names or ())}
+
+
+def copy_cut(out, blk, window: CaptureWindow, strides: dict[int, int], always=None) -> None:
+    """Copy one META or RING block of a raw log to the writer `out`; the event
+    records of a RING block (proc whole) only inside `window`, plus `always`'s."""
+    if blk.kind == KIND_RING and blk.ring != events.RING_PROC and blk.ring in strides:
+        data = window.keep(blk.ring, blk.payload, strides[blk.ring], always)
+        if data:
+            out.write_ring(blk.ring, data)
+    elif blk.kind in (KIND_META, KIND_RING):
+        out.write_block(blk.kind, blk.payload, blk.ring)

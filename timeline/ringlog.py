@@ -21,13 +21,11 @@ The carried state grows with the number of processes and threads created
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 from . import events
-from .capture import CaptureWindow, as_rows
-from .registry import RING_DTYPES
+from .capture import CaptureWindow, as_rows, copy_cut, timed_strides
 from .rawlog import KIND_META, KIND_RING, RawLogReader, RawLogWriter, dumps_meta
 from .safe_output import remove
 
@@ -128,8 +126,7 @@ class SegmentedLog:
         cut = now - self.keep_ns
         window = CaptureWindow(cut)
         # rings whose records carry a timestamp are cut at the window's start; others go whole
-        strides = {int(k): v["stride"] for k, v in self.header["rings"].items()
-                   if int(k) in RING_DTYPES and {"ts", "start"} & set(RING_DTYPES[int(k)].names or ())}
+        strides = timed_strides(self.header)
         out = RawLogWriter(out_path, {**self.header, "ring": {"keep_ns": self.keep_ns, "from_ns": cut,
                                                               "to_ns": now}},
                            mode=self.mode, user=self.user)
@@ -142,12 +139,7 @@ class SegmentedLog:
                             if i == 0:  # the state before the window, whole
                                 out.write_block(blk.kind, blk.payload, blk.ring)
                             continue  # later segments' copies: already in from the first one
-                        if blk.kind == KIND_RING and blk.ring != events.RING_PROC and blk.ring in strides:
-                            data = window.keep(blk.ring, blk.payload, strides[blk.ring], self.always)
-                            if data:
-                                out.write_ring(blk.ring, data)
-                        elif blk.kind in (KIND_META, KIND_RING):
-                            out.write_block(blk.kind, blk.payload, blk.ring)
+                        copy_cut(out, blk, window, strides, self.always)
             out.finish(stats)
         finally:
             out.close()

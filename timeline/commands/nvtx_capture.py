@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 
 from .. import events
-from ..capture import CaptureWindow
+from ..capture import CaptureWindow, copy_cut, timed_strides
 from ..rawlog import KIND_END, KIND_META, KIND_RING, RawLogReader, RawLogWriter
-from ..registry import RING_DTYPES
 
 PREFIX = "nvtx:"
 
@@ -72,20 +71,15 @@ def cut(raw: str, out: str, window: tuple[int, int], user=None) -> None:
     cw.intervals = [[window[0], window[1]]]
     with RawLogReader(raw) as rd:
         header = rd.header
-        strides = {int(k): v["stride"] for k, v in header.get("rings", {}).items()
-                   if int(k) in RING_DTYPES and {"ts", "start"} & set(RING_DTYPES[int(k)].names or ())}
+        strides = timed_strides(header)
         w = RawLogWriter(out, {**header, "capture_cut": {"from_ns": window[0], "to_ns": window[1]}}, user=user)
         try:
             end = None
             for blk in rd.blocks():
-                if blk.kind == KIND_RING and blk.ring != events.RING_PROC and blk.ring in strides:
-                    data = cw.keep(blk.ring, blk.payload, strides[blk.ring], always)
-                    if data:
-                        w.write_ring(blk.ring, data)
-                elif blk.kind == KIND_END:
+                if blk.kind == KIND_END:
                     end = blk.json()
-                elif blk.kind in (KIND_META, KIND_RING):
-                    w.write_block(blk.kind, blk.payload, blk.ring)
+                else:
+                    copy_cut(w, blk, cw, strides, always)
             if end is not None:
                 w.finish({**end, "stop_ts": min(int(end.get("stop_ts") or window[1]), window[1])})
         finally:
