@@ -179,8 +179,6 @@ def _rewrite(pkt: pb.TracePacket, i: int, shift: int) -> None:
             cs.switch_timestamp[0] += shift
         if len(cs.waking_timestamp):
             cs.waking_timestamp[0] += shift
-    if pkt.HasField("process_tree") or pkt.HasField("system_info"):
-        pass  # no times or ids of their own beyond the packet's
 
 
 def align(inputs: list[Input]) -> None:

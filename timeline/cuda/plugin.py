@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from .. import events as ev
+from ..capture import field
 from ..errors import UserError
 from ..libbpf import BPFError
 from ..recorder_plugins import RecorderContext, RecorderPlugin
@@ -92,7 +93,6 @@ class CudaPlugin(RecorderPlugin):
 
     # -- capture windows ----------------------------------------------------
     # Probe ids (cookie & CK_ID_MASK) by what a window does with them.
-    _ROLE_OF = np.array([p.role for p in PROBES] + [Role.NONE], dtype=object)
     _START = np.array([p.role == Role.PROFILER_START for p in PROBES] + [False])
     _STOP = np.array([p.role == Role.PROFILER_STOP for p in PROBES] + [False])
     # Kernel names and communicators come from calls made once (at library
@@ -101,7 +101,6 @@ class CudaPlugin(RecorderPlugin):
                                    Role.COMM_INIT, Role.COMM_SPLIT) for p in PROBES] + [False])
 
     def _ids(self, rows):
-        from ..capture import field
         ids = (field(rows, ev.RING_CUDA, "cookie") & ev.CK_ID_MASK).astype(np.int64)
         return np.minimum(ids, len(PROBES))  # an unknown id -> the trailing False
 
@@ -112,7 +111,6 @@ class CudaPlugin(RecorderPlugin):
     def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
         if ring != ev.RING_CUDA or not self.capture_range():
             return []
-        from ..capture import field
         ids = self._ids(rows)
         calls = field(rows, ring, "kind") != ev.CUDA_NAME
         on, off = self._START[ids] & calls, self._STOP[ids] & calls
@@ -125,7 +123,6 @@ class CudaPlugin(RecorderPlugin):
     def always_keep(self, ring: int, rows):
         if ring != ev.RING_CUDA:
             return None
-        from ..capture import field
         return self._ALWAYS[self._ids(rows)] | (field(rows, ring, "kind") == ev.CUDA_NAME)
 
     # -- plugin hooks -------------------------------------------------------
