@@ -87,31 +87,28 @@ def wait_probed(fn, timeout=60):
         time.sleep(0.01)
 
 
-def wait_snapshot(raw, timeout=60):
-    needle = b'"type":"maps","pid":%d,' % os.getpid()
+def _wait_in_raw(raw, needle: bytes, what: str, timeout=60):
+    """Until the recorder's raw log holds `needle` (its writer flushes as it drains)."""
     end = time.time() + timeout
     while True:
         with open(raw, "rb") as f:
             if needle in f.read():
                 return
         if time.time() > end:
-            sys.exit("the recorder wrote no mapping snapshot of this process")
+            sys.exit(what)
         time.sleep(0.02)
+
+
+def wait_snapshot(raw, timeout=60):
+    _wait_in_raw(raw, b'"type":"maps","pid":%d,' % os.getpid(), "the recorder wrote no mapping snapshot of this process",
+                 timeout)
 
 
 def wait_attached(raw, path, timeout=60):
     """The recorder notes a library in the raw log once all its probes are on;
     an int3 at one function only says its first probe is (the return probe
     may not be yet, and a call then is an entry without its return)."""
-    needle = b'"path":"%s"' % path.encode()
-    end = time.time() + timeout
-    while True:
-        with open(raw, "rb") as f:
-            if needle in f.read():
-                return
-        if time.time() > end:
-            sys.exit(f"the recorder did not note probes on {path}")
-        time.sleep(0.02)
+    _wait_in_raw(raw, b'"path":"%s"' % path.encode(), f"the recorder did not note probes on {path}", timeout)
 
 
 def kernels(kdir):
