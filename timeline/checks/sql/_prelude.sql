@@ -216,3 +216,12 @@ from tl_gpu_window w left join (
   from _tl_gpu_seg g join tl_gpu_window x using (device)
   where g.ts < x.end_ts and g.ts + g.dur > x.ts) s using (device)
 group by w.device;
+
+-- Ranked processes (the rank=N labels timeline writes from RANK and the
+-- launchers' equivalents) and their main thread: the process's first thread
+-- (tid = pid), where torch calls the collectives.  rank_straggler, rank_imbalance.
+create or replace perfetto table _tl_ranks as
+select p.upid, p.pid, t.utid, cast(substr(a.display_value, 6) as int) as rank
+from process p join args a on a.arg_set_id = p.arg_set_id
+join thread t on t.upid = p.upid and t.tid = p.pid
+where a.key glob 'chrome.process_label*' and a.display_value glob 'rank=*';

@@ -4,17 +4,11 @@
 -- training every rank does the same work per step: busy times far apart mean
 -- an uneven split (data, sequence lengths, a slower device or host).
 
-create or replace perfetto table _tl_ri_ranks as
-select p.upid, p.pid, t.utid, cast(substr(a.display_value, 6) as int) as rank
-from process p join args a on a.arg_set_id = p.arg_set_id
-join thread t on t.upid = p.upid and t.tid = p.pid
-where a.key glob 'chrome.process_label*' and a.display_value glob 'rank=*';
-
 -- The span every rank's main thread was alive
 create or replace perfetto table _tl_ri_span as
 select max(t0) as t0, min(t1) as t1 from (
   select r.rank, min(s.ts) as t0, max(s.ts + s.dur) as t1
-  from thread_state s join _tl_ri_ranks r using (utid) where s.dur > 0 group by r.rank);
+  from thread_state s join _tl_ranks r using (utid) where s.dur > 0 group by r.rank);
 
 create or replace perfetto table _tl_ri as
 select r.rank, r.pid,
@@ -22,7 +16,7 @@ select r.rank, r.pid,
   sum(iif(s.state in ('R', 'R+'), min(s.ts + s.dur, p.t1) - max(s.ts, p.t0), 0)) as runnable,
   sum(iif(s.state in ('S', 'D'), min(s.ts + s.dur, p.t1) - max(s.ts, p.t0), 0)) as waiting,
   p.t1 - p.t0 as span
-from _tl_ri_ranks r join thread_state s using (utid) join _tl_ri_span p
+from _tl_ranks r join thread_state s using (utid) join _tl_ri_span p
 where s.dur > 0 and s.ts < p.t1 and s.ts + s.dur > p.t0
 group by r.rank;
 
@@ -31,8 +25,8 @@ group by r.rank;
 create or replace perfetto table _tl_ri_steps as
 select period, row_number() over (order by period) as k, count(*) over () as n from (
   select (s.ts + s.dur) - lag(s.ts + s.dur) over (order by s.ts) as period
-  from thread_state s join _tl_ri_ranks r using (utid)
-  where r.rank = (select min(rank) from _tl_ri_ranks) and s.state in ('S', 'D') and s.dur >= 1e6)
+  from thread_state s join _tl_ranks r using (utid)
+  where r.rank = (select min(rank) from _tl_ranks) and s.state in ('S', 'D') and s.dur >= 1e6)
 where period is not null;
 
 create or replace perfetto table _tl_ri_spread as
@@ -51,7 +45,7 @@ select
     || coalesce((select printf('; step time p50 %.1f ms, p90 %.1f ms over %d steps (between rank %d''s waits)',
                                (select period from _tl_ri_steps where k = (n + 1) / 2) / 1e6,
                                (select period from _tl_ri_steps where k = max(1, cast(0.9 * n as int))) / 1e6,
-                               (select max(n) from _tl_ri_steps), (select min(rank) from _tl_ri_ranks))
+                               (select max(n) from _tl_ri_steps), (select min(rank) from _tl_ranks))
                  where (select count(*) from _tl_ri_steps) >= 5), '')
     as finding,
   (select t0 from _tl_ri_span) as ts, (select t1 - t0 from _tl_ri_span) as dur, null as hint,
@@ -67,4 +61,4 @@ select * from (
 union all
 select 'n/a', 'fewer than two ranked processes (RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID) in this trace',
   null, null, null, null, null, null, null
-where (select count(*) from _tl_ri_ranks) < 2;
+where (select count(*) from _tl_ranks) < 2;

@@ -1,17 +1,10 @@
 -- Which rank the others wait for.  Works without knowing the collectives
 -- (gloo on CPU, NCCL, anything): every long wait (S or D for at least
 -- min_wait_ms) of a rank's main thread is blamed on the other rank that was
--- busiest (running or runnable) during it, if that rank was busy for at least
--- half of it.  In a collective round the ranks that arrived first wait; the
--- one still computing is the last to arrive.
-
--- Ranks: the labels timeline writes on ranked processes (rank=N); the main
--- thread is the process's first thread (tid = pid), where torch calls the collectives.
-create or replace perfetto table _tl_rs_ranks as
-select p.upid, p.pid, t.utid, cast(substr(a.display_value, 6) as int) as rank
-from process p join args a on a.arg_set_id = p.arg_set_id
-join thread t on t.upid = p.upid and t.tid = p.pid
-where a.key glob 'chrome.process_label*' and a.display_value glob 'rank=*';
+-- running longest during it, if it ran for at least half of it (runnable is
+-- not computing).  In a collective round the ranks that arrived first wait;
+-- the one still computing is the last to arrive.  Ranks and their main
+-- threads: _tl_ranks (the prelude).
 
 -- With NCCL collectives recorded (cuda family), rounds are the collectives
 -- themselves: the k-th collective call of every rank is one round (ranks call
@@ -20,12 +13,12 @@ where a.key glob 'chrome.process_label*' and a.display_value glob 'rank=*';
 create or replace perfetto table _tl_rs_coll as
 select r.rank, s.ts, row_number() over (partition by r.rank order by s.ts) as k
 from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
-join _tl_rs_ranks r on r.upid = t.upid
-where s.category = 'nccl' and s.name glob 'nccl*'
+join _tl_ranks r on r.upid = t.upid
+where s.category = 'nccl'
   and s.name in ('ncclAllReduce', 'ncclReduceScatter', 'ncclAllGather', 'ncclBroadcast', 'ncclBcast', 'ncclReduce');
 
 create or replace perfetto table _tl_rs_rounds as
-select k from _tl_rs_coll group by k having count(distinct rank) = (select count(*) from _tl_rs_ranks);
+select k from _tl_rs_coll group by k having count(distinct rank) = (select count(*) from _tl_ranks);
 
 create or replace perfetto table _tl_rs_arrivals as
 select c.k, c.rank, c.ts, row_number() over (partition by c.k order by c.ts desc) as pos
@@ -46,7 +39,7 @@ select rank, late as median from (
   from _tl_rs_coll_last) where i = (m + 1) / 2;
 
 create or replace perfetto table _tl_rs_states as
-select r.rank, s.ts, s.dur, s.state from thread_state s join _tl_rs_ranks r using (utid) where s.dur > 0;
+select r.rank, s.ts, s.dur, s.state from thread_state s join _tl_ranks r using (utid) where s.dur > 0;
 
 create or replace perfetto table _tl_rs_waits as
 select row_number() over (order by ts) as wid, rank, ts, dur from _tl_rs_states
@@ -98,14 +91,14 @@ create or replace perfetto table _tl_rs_loader as
 select b.blamed as rank,
   sum(min(s.ts + s.dur, w.ts + w.dur) - max(s.ts, w.ts)) as loader_running
 from _tl_rs_blame b join _tl_rs_waits w using (wid)
-join _tl_rs_ranks r on r.rank = b.blamed
+join _tl_ranks r on r.rank = b.blamed
 join process wp on wp.parent_upid = r.upid and wp.upid in (select upid from _tl_workers)
 join thread wt on wt.upid = wp.upid
 join thread_state s on s.utid = wt.utid and s.state = 'Running' and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts
 group by b.blamed;
 
 create or replace perfetto table _tl_rs as
-select r.rank, (select pid from _tl_rs_ranks x where x.rank = r.rank limit 1) as pid, r.n, r.waited, r.all_waits,
+select r.rank, (select pid from _tl_ranks x where x.rank = r.rank limit 1) as pid, r.n, r.waited, r.all_waits,
   r.all_waited, m.median, d.running, d.runnable, d.disk,
   d.sleeping - min(d.sleeping, coalesce(l.loader_running, 0)) as sleeping,
   min(d.sleeping, coalesce(l.loader_running, 0)) as loader,
@@ -120,7 +113,7 @@ where n >= ${min_rounds} and share >= ${share_warn} and n >= ${rounds_warn} * al
   and not exists(select 1 from _tl_rs_rounds);
 
 create or replace perfetto table _tl_rs_coll_named as
-select c.rank, (select pid from _tl_rs_ranks x where x.rank = c.rank limit 1) as pid, c.n, c.waited, c.rounds,
+select c.rank, (select pid from _tl_ranks x where x.rank = c.rank limit 1) as pid, c.n, c.waited, c.rounds,
   m.median, 1.0 * c.n / c.rounds as share
 from _tl_rs_coll_per_rank c join _tl_rs_coll_median m using (rank)
 where c.n >= ${min_rounds} and 1.0 * c.n / c.rounds >= ${rounds_warn} and m.median >= ${min_wait_ms} * 1e6;
@@ -149,14 +142,14 @@ from _tl_rs_coll_named order by n desc limit 3)
 union all
 select 'ok', printf('%d ranks, none kept the others waiting: of %d waits of >= %g ms, the most on one rank were '
                     || '%.0f%% (rank %s; a straggler from %.0f%%)',
-                    (select count(*) from _tl_rs_ranks), (select count(*) from _tl_rs_waits), ${min_wait_ms},
+                    (select count(*) from _tl_ranks), (select count(*) from _tl_rs_waits), ${min_wait_ms},
                     100.0 * coalesce((select max(share) from _tl_rs), 0),
                     coalesce((select cast(rank as text) from _tl_rs order by share desc limit 1), '-'),
                     100.0 * ${share_warn}),
   null, null, null, null, null, null, null, null
-where (select count(*) from _tl_rs_ranks) >= 2 and not exists(select 1 from _tl_rs_named)
+where (select count(*) from _tl_ranks) >= 2 and not exists(select 1 from _tl_rs_named)
   and not exists(select 1 from _tl_rs_coll_named)
 union all
 select 'n/a', 'fewer than two ranked processes (RANK / OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID) in this trace',
   null, null, null, null, null, null, null, null
-where (select count(*) from _tl_rs_ranks) < 2;
+where (select count(*) from _tl_ranks) < 2;
