@@ -38,13 +38,14 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def as_user(user, fn):
+def as_user(user, fn, many: bool = False):
     """fn() run with `user`'s identity (uid, gid, groups attributes; None: as we are).
-    fn returns (value, fd or None); the fd is passed back to us.  OSErrors
-    raised by fn are raised here with their errno."""
+    fn returns (value, fd or None), or with many=True (value, [fds]) (at most
+    253 descriptors); the descriptors are passed back to us.  OSErrors raised
+    by fn are raised here with their errno."""
     if user is None:
         return fn()
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message, whole
     pid = os.fork()
     if pid == 0:  # child: syscalls only, then _exit (never return into the caller's stack)
         code = 1
@@ -58,13 +59,14 @@ def as_user(user, fn):
                 msg = json.dumps(["ok", value]).encode()
             except OSError as e:
                 fd, msg = None, json.dumps(["err", e.errno, e.strerror, e.filename]).encode()
-            socket.send_fds(child, [msg], [fd] if fd is not None else [])
+            fds = list(fd) if many else ([fd] if fd is not None else [])
+            socket.send_fds(child, [msg], fds)
             code = 0
         finally:
             os._exit(code)
     child.close()
     try:
-        msg, fds, _, _ = socket.recv_fds(parent, 1 << 16, 1)
+        msg, fds, _, _ = socket.recv_fds(parent, 1 << 20, 253 if many else 1)
     finally:
         parent.close()
         os.waitpid(pid, 0)
@@ -72,7 +74,11 @@ def as_user(user, fn):
         raise OSError(0, "helper process failed")
     reply = json.loads(msg)
     if reply[0] == "err":
+        for fd in fds:
+            os.close(fd)
         raise OSError(reply[1], reply[2], reply[3])
+    if many:
+        return reply[1], list(fds)
     return reply[1], (fds[0] if fds else None)
 
 
