@@ -47,7 +47,7 @@ def test_records_stored_with_peer_pid_and_hostile_peer_contained():
         recs["pid"] = 12345  # a lie the receiver must overwrite
         recs["start"] = [100, 200, 300, 400]
         good = connect(rx)
-        good.sendall(records.encode_message(records.MSG_HELLO, b'{"cupti": "/x/libcupti.so.12"}')
+        good.sendall(records.encode_message(records.MSG_HELLO, b'{"cupti_path": "/x/libcupti.so.12"}')
                      + records.encode_message(records.MSG_STRINGS, records.encode_strings({1: "_Z3addPfS_"})))
         bad = connect(rx)
         bad.sendall(records.MSG_HEADER.pack(77, 4) + b"junk")  # unknown type: this connection ends
@@ -72,7 +72,7 @@ def test_records_stored_with_peer_pid_and_hostile_peer_contained():
     strings = next(m for m in sink.meta if m["type"] == "gpu_strings")
     assert strings["strings"] == {"1": "_Z3addPfS_"}
     hello = next(m for m in sink.meta if m["type"] == "gpu_hello")
-    assert hello["info"] == {"cupti": "/x/libcupti.so.12"}
+    assert hello["info"] == {"cupti_path": "/x/libcupti.so.12"}
 
 
 def test_peer_outside_the_tree_is_refused():

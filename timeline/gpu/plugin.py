@@ -19,10 +19,13 @@ import os
 import struct
 
 from ..recorder_plugins import RecorderContext, RecorderPlugin
+from . import receiver as rx_bounds
 from .receiver import Receiver
 
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtimeline_inject.so")
 INJECTION_VARS = ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH")
+SUMMARY_PIDS = 128        # processes named one line each in the summary; the rest are summed in one line
+SUMMARY_TEXT_CHARS = 200  # a string from the library (HELLO's reason) as the summary quotes it
 
 
 def _ancestors(pid: int, limit: int = 64):
@@ -83,14 +86,15 @@ class GpuPlugin(RecorderPlugin):
         ctx.summary.extend(self.summary_lines())
         stats = self.receiver.stats
         ctx.write_meta({"type": "gpu_receiver", "stats": dict(stats), "kept_user_env": self.kept_user_env,
-                        "counts": {str(p): c for p, c in self.receiver.counts.items()}})
+                        "counts": {str(p): c for p, c in self.receiver.counts.items()},
+                        "other_counts": self.receiver.other_counts, "bounds": dict(self.receiver.bounds)})
 
     def drops(self) -> dict[str, int]:
-        """Records lost on the way: CUPTI's own count, and messages cut short."""
+        """Records lost on the way: CUPTI's own count, and messages cut short or cut for the buffer bound."""
         if self.receiver is None:
             return {}
         s = self.receiver.stats
-        return {"gpu": s["cupti_dropped"] + s["cut_short"] + s["wire_errors"]}
+        return {"gpu": s["cupti_dropped"] + s["cut_short"] + s["wire_errors"] + self.receiver.bounds["over_buffer"]}
 
     # -- helpers ----------------------------------------------------------
     def _allowed(self, pid: int) -> bool:
@@ -116,14 +120,19 @@ class GpuPlugin(RecorderPlugin):
             lines.append(f"gpu: {', '.join(self.kept_user_env)} already set by you: left as is "
                          "(another tool injects itself; CUPTI before CUDA 13 allows one subscriber)")
         counts = self.receiver.counts if self.receiver else {}
-        for pid, per in sorted(counts.items()):
-            what = ", ".join(f"{n} {k}" for k, n in sorted(per.items(), key=lambda kv: -kv[1]))
-            lines.append(f"gpu: pid {pid}: {what}")
+        per_pid = [(pid, _what(per)) for pid, per in sorted(counts.items())]
         for pid, info in sorted(self.hellos.items()):
             if pid in counts or info.get("active"):
                 continue
             if info.get("cuda_injection") or info.get("nvtx"):
-                lines.append(f"gpu: pid {pid}: no GPU activity recorded: {info.get('reason') or 'CUPTI inactive'}")
+                reason = _one_line(info.get("reason") or "CUPTI inactive", SUMMARY_TEXT_CHARS)
+                per_pid.append((pid, f"no GPU activity recorded: {reason}"))
+        lines += [f"gpu: pid {pid}: {what}" for pid, what in per_pid[:SUMMARY_PIDS]]
+        if len(per_pid) > SUMMARY_PIDS:
+            lines.append(f"gpu: {len(per_pid) - SUMMARY_PIDS} more process(es), each in the raw log")
+        if self.receiver and self.receiver.other_counts:
+            lines.append(f"gpu: processes past the first {rx_bounds.MAX_PIDS}, together: "
+                         f"{_what(self.receiver.other_counts)}")
         s = self.receiver.stats if self.receiver else {}
         if s.get("cupti_dropped"):
             lines.append(f"gpu: CUPTI dropped {s['cupti_dropped']} records (its buffers were full)")
@@ -132,7 +141,35 @@ class GpuPlugin(RecorderPlugin):
         if s.get("wire_errors") or s.get("cut_short"):
             lines.append(f"gpu: {s.get('wire_errors', 0)} malformed and {s.get('cut_short', 0)} cut-short "
                          "message(s) from the injection library")
+        if self.receiver and any(self.receiver.bounds.values()):
+            lines.append(bounds_line(self.receiver.bounds, self.receiver.max_connections))
         return lines
+
+
+def bounds_line(bounds: dict, max_connections: int) -> str:
+    """One line for everything the receiver refused or cut at its bounds (receiver.py), counted."""
+    said = {
+        "over_connections": f"connection(s) closed past {max_connections} open at once",
+        "accept_failed": "pause(s) accepting for lack of file descriptors",
+        "over_buffer": f"connection(s) cut holding unfinished messages past {rx_bounds.MAX_BUFFERED_BYTES >> 20} MiB",
+        "control_ignored": f"HELLO/STATUS message(s) past {rx_bounds.MAX_CONTROL_MESSAGES} per connection ignored",
+        "fields_left_out": "HELLO/STATUS field(s) unknown, mistyped or out of range left out",
+        "texts_cut": f"string(s) cut to {rx_bounds.MAX_TEXT_CHARS} characters",
+        "other_pids": f"records message(s) from processes past the first {rx_bounds.MAX_PIDS} summed together",
+        "errors": "connection(s) ended by an error handling them",
+    }
+    parts = [f"{n} {said[k]}" for k, n in bounds.items() if n and k in said]
+    return "gpu: input past the receiver's bounds, recording went on: " + "; ".join(parts)
+
+
+def _what(per: dict) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(per.items(), key=lambda kv: -kv[1]))
+
+
+def _one_line(text: str, limit: int) -> str:
+    """A string from the target as one summary line: control characters shown as '?', cut to `limit`."""
+    text = "".join(c if c.isprintable() else "?" for c in text[:limit + 1])
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class _HelloTap:
@@ -146,6 +183,9 @@ class _HelloTap:
         self.ctx.write_ring(ring, data)
 
     def write_meta(self, obj: dict) -> None:
-        if obj.get("type") == "gpu_hello" and isinstance(obj.get("info"), dict):
-            self.hellos[obj["pid"]] = {**self.hellos.get(obj["pid"], {}), **obj["info"]}
+        pid = obj.get("pid")
+        if obj.get("type") == "gpu_hello" and isinstance(obj.get("info"), dict) \
+                and (pid in self.hellos or len(self.hellos) < rx_bounds.MAX_PIDS):
+            # info holds only the HELLO's known keys, bounded (receiver.clean_info)
+            self.hellos[pid] = {**self.hellos.get(pid, {}), **obj["info"]}
         self.ctx.write_meta(obj)

@@ -12,6 +12,10 @@ RING_GPU = 7
 MSG_HELLO, MSG_RECORDS, MSG_STRINGS, MSG_STATUS = 1, 2, 3, 4
 MSG_TYPES = (MSG_HELLO, MSG_RECORDS, MSG_STRINGS, MSG_STATUS)
 MSG_MAX_LEN = 8 << 20
+# HELLO and STATUS are small JSON objects (the library's are under 8 KiB and 1 KiB): a larger one is not
+# the library's, and is refused before it is buffered.
+CONTROL_MAX_LEN = 64 << 10
+CONTROL_TYPES = (MSG_HELLO, MSG_STATUS)
 MSG_HEADER = struct.Struct("<II")
 
 KERNEL, MEMCPY, MEMSET, API, NVTX, SYNC = 1, 2, 3, 4, 5, 6
@@ -45,8 +49,8 @@ class WireError(ValueError):
 class MessageReader:
     """Splits a byte stream into (type, payload) messages, bounding every length before buffering it."""
 
-    def __init__(self, max_len=MSG_MAX_LEN):
-        self.max_len = max_len
+    def __init__(self, max_len=MSG_MAX_LEN, control_max_len=CONTROL_MAX_LEN):
+        self.max_len, self.control_max_len = max_len, control_max_len
         self.buf = bytearray()
 
     def feed(self, data):
@@ -56,8 +60,9 @@ class MessageReader:
             mtype, length = MSG_HEADER.unpack_from(self.buf)
             if mtype not in MSG_TYPES:
                 raise WireError(f"unknown message type {mtype}")
-            if length > self.max_len:
-                raise WireError(f"message of {length} bytes exceeds {self.max_len}")
+            limit = self.control_max_len if mtype in CONTROL_TYPES else self.max_len
+            if length > limit:
+                raise WireError(f"message of {length} bytes exceeds {limit}")
             if mtype == MSG_RECORDS and length % GPU_RECORD.itemsize:
                 raise WireError(f"records payload of {length} bytes is not whole records")
             end = MSG_HEADER.size + length
