@@ -14,6 +14,7 @@ C header with the compiler.
 from __future__ import annotations
 
 import json
+import select
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -95,26 +97,37 @@ class Server:
         self.sock.listen(16)
         self.close_at_once, self.never_read, self.conns, self.threads = close_at_once, never_read, [], []
         self.held = []
+        self._lock = threading.Lock()  # held from accept() until the peer's reader is registered
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
+        self.sock.setblocking(False)
         while True:
             try:
-                c, _ = self.sock.accept()
-            except OSError:
+                select.select([self.sock], [], [], 0.05)
+                with self._lock:  # accept and register as one step (finish() checks under the lock)
+                    try:
+                        c, _ = self.sock.accept()
+                    except BlockingIOError:
+                        continue
+                    c.setblocking(True)
+                    self._register(c)
+            except (OSError, ValueError):  # the listening socket was closed
                 return
-            pid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-            conn = Connection(pid)
-            self.conns.append(conn)
-            if self.close_at_once:
-                c.close()
-                continue
-            if self.never_read:  # a stuck recorder: connected, reads nothing
-                self.held.append(c)
-                continue
-            t = threading.Thread(target=self._read, args=(c, conn), daemon=True)
-            t.start()
-            self.threads.append(t)
+
+    def _register(self, c: socket.socket) -> None:
+        pid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        conn = Connection(pid)
+        self.conns.append(conn)
+        if self.close_at_once:
+            c.close()
+            return
+        if self.never_read:  # a stuck recorder: connected, reads nothing
+            self.held.append(c)
+            return
+        t = threading.Thread(target=self._read, args=(c, conn), daemon=True)
+        t.start()
+        self.threads.append(t)
 
     @staticmethod
     def _read(c: socket.socket, conn: Connection) -> None:
@@ -123,9 +136,18 @@ class Server:
         c.close()
 
     def finish(self) -> list[Connection]:
-        for t in list(self.threads):
+        # the target has exited, but under load its connection may still wait in the
+        # listen backlog: let the accept thread take every pending one first
+        for _ in range(500):
+            with self._lock:
+                if not select.select([self.sock], [], [], 0)[0]:
+                    break
+            time.sleep(0.01)
+        with self._lock:
+            threads = list(self.threads)
+            self.sock.close()
+        for t in threads:
             t.join(10)
-        self.sock.close()
         for c in self.held:
             c.close()
         for c in self.conns:
