@@ -1,11 +1,7 @@
-"""Slices, instants, counters and flows for event families, in either format.
+"""The Perfetto TrackSink: families' slices, instants, counters and flows as
+TrackEvents on a packet sequence of their own, hand-encoded (wire.py).
 
-Families other than sched/proc (CUDA calls, ioctls, block I/O, counters)
-describe what they want on the timeline through a TrackSink; the sink writes
-Perfetto TrackEvents (with interned names) or Chrome JSON events.  Keeping
-one interface means a family converter is written once for both formats.
-
-Perfetto conventions (what trace_processor makes of them):
+What trace_processor makes of them:
 - `slice(tid=...)`: a slice on that thread's track (`thread_track`), args as
   debug annotations -> `extract_arg(arg_set_id, 'debug.<key>')`.
 - `async_slice(track=...)`: slices on a named global track; overlapping
@@ -13,45 +9,23 @@ Perfetto conventions (what trace_processor makes of them):
   slices must nest.
 - `counter(name, pid=...)`: a process-scoped counter track named `name`
   (global when pid is None).
-- arg values: int, float, bool or str.  trace_processor stores ints as
-  int64, so pass pointers and other values that may reach 2**63 as hex str.
+- arg values: trace_processor stores ints as int64 (hex str for pointers).
 - flows: `flow_out` on the source slice, `flow_in` on each destination
   (`flow` table links them).
-
-Chrome JSON: "X" events (args under `args.<key>`), "b"/"e" async events with
-a lane id, "C" counters (trace_processor names them "<name> value"), "s"/"f"
-flow events.  They are spooled to a temporary file while the sched text
-streams and written into `traceEvents` at the end.
-
-Bulk: `slices()` and `counters()` take whole numpy columns (a block of
-calls at once, args as `Column`s) and encode every event with numpy
-(columns.py), one write per call; the base class falls back to one
-`slice()` / `counter()` per row, which is also the reference the bulk
-encodings are tested against.
+- track groups: a top-level track with a child track per named track.
 """
 from __future__ import annotations
 
 import itertools
-import tempfile
-from dataclasses import dataclass
 
 import numpy as np
-import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .columns import Rows, decimals, hexes, table
-from .protowire import f_double, f_fixed64, f_len, f_varint, key
+from ..columns import Rows, hexes, table
+from ..interface import Column, Lanes, TrackSink, flow_columns, flow_ids, groups_by_args
+from .wire import f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
-# Chrome JSON ties every event to a pid.  System-wide tracks (devices, the
-# recorder's notes) go to this pseudo process, named by the writer: with pid 0
-# trace_processor's JSON parser makes a second process 0 next to the idle one.
-JSON_SYSTEM_PID = 4194304 + 2  # above PID_MAX_LIMIT, after model.OUTSIDE_TID and the JSON idle thread
-JSON_SYSTEM_NAME = "system-wide (devices, recorder)"
-# Track groups (GPUs) in Chrome JSON: a pseudo process each, a pseudo thread per
-# track, numbered above PID_MAX_LIMIT so they never meet a real pid or tid.
-JSON_GROUP_PID = 4194304 + 16
-JSON_GROUP_TID = 4194304 + 4096
 # Thread and process track descriptors go on a sequence of their own, with no
 # events: trace_processor (v52) lets a sequence's thread descriptor stand for
 # the thread of every event on that sequence, so on SEQ_ID_TRACKS an event
@@ -59,195 +33,6 @@ JSON_GROUP_TID = 4194304 + 4096
 # create the thread and its process early, and the real fork a second,
 # "ghost" copy of both.
 SEQ_ID_THREADS = 4
-
-
-@dataclass
-class Column:
-    """One slice argument (or the slice name) for every row of a bulk call.
-
-    kind "int": `values` int64 or uint64 (uint64 >= 2**63 stay unsigned);
-    "hex": uint64 shown as '0x...' strings (pointers, handles);
-    "str": `values` are indices into `strings`.
-    `present`: rows that have the argument (None: all of them).
-    """
-    key: str
-    kind: str
-    values: np.ndarray
-    strings: list | None = None
-    present: np.ndarray | None = None
-
-    def pylist(self) -> list:
-        """Per-row Python values, None where absent (the per-event path)."""
-        if self.kind == "hex":
-            vals = [f"{v:#x}" for v in self.values.tolist()]
-        elif self.kind == "str":
-            vals = [self.strings[i] for i in self.values.tolist()]
-        else:
-            vals = self.values.tolist()
-        if self.present is not None:
-            vals = [v if ok else None for v, ok in zip(vals, self.present.tolist())]
-        return vals
-
-    def mask(self) -> np.ndarray:
-        return np.ones(self.values.size, bool) if self.present is None else self.present
-
-
-class ColumnSet:
-    """Collects argument columns for n rows, group of rows by group of rows.
-
-    `put(key, kind, idx, values)` sets the argument of rows idx (a later put
-    for the same rows replaces it); for "str", values index `strings`.  Ints
-    given as uint64 and as int64 go to separate columns, so each keeps its
-    meaning; a row has at most one of them.
-    """
-
-    def __init__(self, n: int):
-        self.n = n
-        self.cols: dict[tuple, Column] = {}
-        self._same: dict[tuple[str, str], list[Column]] = {}  # (key, kind) -> its columns
-        self._str_ids: dict[str, dict] = {}
-
-    def put(self, key: str, kind: str, idx, values, strings: list | None = None) -> None:
-        values = np.asarray(values)
-        if kind == "str":
-            ids = self._str_ids.setdefault(key, {})
-            values = np.array([ids.setdefault(s, len(ids)) for s in strings], np.intp)[values]
-            dtype = np.intp
-        elif kind == "hex" or values.dtype == np.uint64:
-            dtype = np.uint64
-        else:
-            dtype = np.int64
-        c = self.cols.get((key, kind, dtype))
-        if c is None:
-            c = self.cols[(key, kind, dtype)] = Column(key, kind, np.zeros(self.n, dtype), None,
-                                                       np.zeros(self.n, bool))
-            self._same.setdefault((key, kind), []).append(c)
-        c.values[idx] = values
-        c.present[idx] = True
-        for other in self._same[(key, kind)]:  # the int column of the other signedness loses these rows
-            if other is not c:
-                other.present[idx] = False
-
-    def columns(self) -> list[Column]:
-        for (key, kind, _), c in self.cols.items():
-            if kind == "str":
-                c.strings = list(self._str_ids[key])
-        return list(self.cols.values())
-
-
-def groups_by_args(n: int, args) -> list[tuple[np.ndarray, list[Column]]]:
-    """Rows that have the same arguments, as (row indices, those columns).
-
-    The bulk encoders build each group densely (no gaps where an argument is
-    missing) and write the groups one after the other: rows do not keep
-    their order, each row's event(s) stay together.
-    """
-    sparse = [c for c in args if c.present is not None and not c.present.all()]
-    if not sparse:
-        return [(np.arange(n), list(args))]
-    code = np.zeros(n, np.int64)
-    for i, c in enumerate(sparse):
-        if i and i % 30 == 0:  # renumber (< n) to make room for more bits
-            code = np.unique(code, return_inverse=True)[1].ravel()
-        code = (code << 1) | c.present
-    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
-    order = np.argsort(inv.ravel(), kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(inv.ravel()))]
-    return [(order[a:b], [c for c in args if c.present is None or c.present[r0]])
-            for a, b, r0 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first.tolist())]
-
-
-def _flow_columns(ids) -> list[np.ndarray]:
-    """A flow id array (n,) or (n, k) -> k uint64 columns (0 = none): a slice may start several flows
-    (a graph launch -> each kernel it ran)."""
-    a = np.asarray(ids).astype("<u8", copy=False)
-    return [a] if a.ndim == 1 else [a[:, j] for j in range(a.shape[1])]
-
-
-def _flow_ids(v) -> list[int]:
-    """A per-row flow value (None, an int, or a sequence of ints; 0 = none) -> the ids."""
-    if v is None:
-        return []
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [int(x) for x in v if x]
-    return [int(v)] if v else []
-
-
-class TrackSink:
-    """The interface family converters write to.
-
-    Besides threads, a sink has track groups: `group_slices(group, track, ...)`
-    puts slices on a named track under a named group (GPU 0 -> GPU 0 · stream 7),
-    shown apart from the processes (Perfetto: a top-level track with child
-    tracks; Chrome JSON: a pseudo process per group, a pseudo thread per track);
-    `group_counters` a counter under the group.
-    """
-
-    def slice(self, ts: int, dur: int, tid: int, pid: int | None, name: str, cat: str,
-              args: dict | None = None, flow_out: int | None = None, flow_in: int | None = None) -> None:
-        raise NotImplementedError
-
-    def instant(self, ts: int, tid: int, pid: int | None, name: str, cat: str, args: dict | None = None) -> None:
-        raise NotImplementedError
-
-    def async_slice(self, track: str, ts: int, dur: int, name: str, cat: str, args: dict | None = None) -> None:
-        raise NotImplementedError
-
-    def counter(self, name: str, ts: int, value: float, pid: int | None = None) -> None:
-        raise NotImplementedError
-
-    def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
-        """Many thread slices at once.  ts, dur, tid, pid: integer arrays of n
-        rows (pid may be None); name, cat: a str, or a "str" Column for one
-        per row; args: Columns; flow_out / flow_in: uint64 arrays, 0 = none.
-        Here: one slice() per row."""
-        n = len(ts)
-        names = name.pylist() if isinstance(name, Column) else itertools.repeat(name, n)
-        cats = cat.pylist() if isinstance(cat, Column) else itertools.repeat(cat, n)
-        cols = [(c.key, c.pylist()) for c in args]
-        fo = np.asarray(flow_out).tolist() if flow_out is not None else [0] * n
-        fi = np.asarray(flow_in).tolist() if flow_in is not None else [0] * n
-        fo = [x if isinstance(x, list) else (x or None) for x in fo]
-        pids = np.asarray(pid).tolist() if pid is not None else [None] * n
-        for i, (t, d, th, p, nm, ct) in enumerate(zip(np.asarray(ts).tolist(), np.asarray(dur).tolist(),
-                                                       np.asarray(tid).tolist(), pids, names, cats)):
-            a = {k: v[i] for k, v in cols if v[i] is not None}
-            self.slice(t, d, th, p, nm, ct, a, flow_out=fo[i], flow_in=fi[i] or None)
-
-    def counters(self, name: str, ts, values, pid: int | None = None) -> None:
-        """Many values of one counter (ts, values: arrays; ints stay ints)."""
-        for t, v in zip(np.asarray(ts).tolist(), np.asarray(values).tolist()):
-            self.counter(name, t, v, pid=pid)
-
-    def group_slices(self, group: str, track: str, ts, dur, name, cat, args=(), flow_out=None, flow_in=None,
-                     lane: int = 0) -> None:
-        """Many slices on `track` under `group` (arguments as in `slices`).  Slices of one track must
-        nest; `lane` > 0 puts them on another track of the same name (overlapping work)."""
-        raise NotImplementedError
-
-    def group_counters(self, group: str, name: str, ts, values) -> None:
-        """Many values of counter `name` under `group`."""
-        raise NotImplementedError
-
-    def finish(self) -> None:
-        pass
-
-
-class _Lanes:
-    """Assigns overlapping intervals on one named track to non-overlapping lanes."""
-
-    def __init__(self):
-        self.ends: dict[str, list[int]] = {}
-
-    def lane(self, track: str, ts: int, end: int) -> int:
-        ends = self.ends.setdefault(track, [])
-        for i, e in enumerate(ends):
-            if e <= ts:
-                ends[i] = end
-                return i
-        ends.append(end)
-        return len(ends) - 1
-
 
 # TracePacket / TrackEvent / DebugAnnotation / InternedData field numbers
 # (perfetto_trace.proto), for the hand-encoded hot path.
@@ -293,7 +78,7 @@ class PerfettoTrackSink(TrackSink):
         self._strvals_per_key: dict[str, int] = {}
         self._end_body: dict[int, bytes] = {}
         self._arg_cache: dict[tuple, bytes] = {}
-        self._lanes = _Lanes()
+        self._lanes = Lanes()
         self._seq_tail = f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_NEEDS)
         self._first = True
         self._first_threads = True  # nothing written on SEQ_ID_THREADS yet
@@ -409,9 +194,9 @@ class PerfettoTrackSink(TrackSink):
                 + f_varint(_TE_CATS, self._intern(_ID_CATS, cat)))
         if args:
             body += self._args(args)
-        for fid in _flow_ids(flow_out):
+        for fid in flow_ids(flow_out):
             body += f_fixed64(_TE_FLOW, fid)
-        for fid in _flow_ids(flow_in):
+        for fid in flow_ids(flow_in):
             body += f_fixed64(_TE_FLOW_END, fid)
         return body
 
@@ -636,7 +421,7 @@ class PerfettoTrackSink(TrackSink):
                 name_cat.append((field, f_varint(field, self._intern(table_, v))))
         encoders = {id(c): self._arg_encoder(c) for c in args}
         flows = [(num, col) for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in)) if ids is not None
-                 for col in _flow_columns(ids)]
+                 for col in flow_columns(ids)]
         ts_key, seq_tail = key(_PKT_TS, 0), self._seq_tail
         out = []
         for idx, cols in groups_by_args(n, args):
@@ -696,204 +481,3 @@ class PerfettoTrackSink(TrackSink):
         pkt.extend(body).const(self._seq_tail)
         self._flush_pending()
         self._write_framed(Rows(n).const(key(1, 2)).varint(pkt.total()).extend(pkt).build())
-
-
-class ChromeTrackSink(TrackSink):
-    """Chrome JSON events, spooled to a temp file until `drain_into`."""
-
-    def __init__(self, thread_tgid=None):
-        self._tgid = thread_tgid or (lambda tid: None)
-        self._spool = tempfile.TemporaryFile()
-        self._n = 0
-        self._lanes = _Lanes()
-        self._async_ids: dict[tuple[str, int], int] = {}
-        self.used_system = False  # an event went to JSON_SYSTEM_PID (the writer names it)
-        self._groups: dict[str, int] = {}                      # group -> pseudo pid
-        self._group_tracks: dict[tuple[str, str, int], int] = {}  # (group, track, lane) -> pseudo tid
-
-    def _emit(self, ev: dict) -> None:
-        self._spool.write(orjson.dumps(ev) + b",\n")
-        self._n += 1
-
-    def _pid(self, tid, pid):
-        if pid is not None:
-            return pid
-        tg = self._tgid(tid)
-        return tg if tg is not None else tid
-
-    def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
-        pid = self._pid(tid, pid)
-        ev = {"ph": "X", "ts": ts / 1000, "dur": max(dur, 0) / 1000, "pid": pid, "tid": tid, "name": name, "cat": cat}
-        if args:
-            ev["args"] = {k: v for k, v in args.items() if v is not None}
-        self._emit(ev)
-        for fid in _flow_ids(flow_out):
-            self._emit({"ph": "s", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid, "name": "flow", "cat": "flow"})
-        for fid in _flow_ids(flow_in):
-            self._emit({"ph": "f", "bp": "e", "id": fid, "ts": ts / 1000, "pid": pid, "tid": tid,
-                        "name": "flow", "cat": "flow"})
-
-    def instant(self, ts, tid, pid, name, cat, args=None):
-        ev = {"ph": "i", "s": "t", "ts": ts / 1000, "pid": self._pid(tid, pid), "tid": tid, "name": name, "cat": cat}
-        if args:
-            ev["args"] = {k: v for k, v in args.items() if v is not None}
-        self._emit(ev)
-
-    def async_slice(self, track, ts, dur, name, cat, args=None):
-        lane = self._lanes.lane(track, ts, ts + max(dur, 0))
-        aid = self._async_ids.setdefault((track, lane), len(self._async_ids) + 1)
-        self.used_system = True
-        base = {"cat": cat, "name": name, "id": aid, "pid": JSON_SYSTEM_PID, "tid": JSON_SYSTEM_PID}
-        b = {"ph": "b", "ts": ts / 1000, **base}
-        if args:
-            b["args"] = {"track": track, **{k: v for k, v in args.items() if v is not None}}
-        self._emit(b)
-        self._emit({"ph": "e", "ts": (ts + max(dur, 0)) / 1000, **base})
-
-    def counter(self, name, ts, value, pid=None):
-        self.used_system |= pid is None
-        self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else JSON_SYSTEM_PID, "name": name,
-                    "args": {"value": value}})
-
-    # -- bulk
-    @staticmethod
-    def _us(rows: Rows, ns: np.ndarray) -> Rows:
-        """Nanoseconds as exact decimal microseconds ('123.456')."""
-        ns = ns.astype(np.uint64)
-        rows.decimal(ns // np.uint64(1000))
-        frac = decimals(ns % np.uint64(1000) + np.uint64(1000))[0].copy()  # '1ddd': zero-padded digits
-        frac[:, 0] = ord(".")
-        return rows.piece(frac, np.full(ns.size, 4))
-
-    @staticmethod
-    def _json_strings(c: Column) -> tuple[np.ndarray, np.ndarray]:
-        """JSON strings of a "str" column (a table), only those used."""
-        enc = [b""] * len(c.strings)
-        for i in np.unique(c.values[c.mask()]).tolist():
-            enc[i] = orjson.dumps(c.strings[i])
-        return table(enc)
-
-    def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
-        n = len(ts)
-        if n == 0:
-            return
-        ts = np.asarray(ts).astype(np.int64, copy=False)
-        dur = np.maximum(np.asarray(dur).astype(np.int64, copy=False), 0)
-        tid = np.asarray(tid)
-        if pid is None:
-            threads, inv = np.unique(tid, return_inverse=True)
-            pid = np.array([self._pid(t, None) for t in threads.tolist()], np.int64)[inv.ravel()]
-        name_cat = []
-        for field, v in ((b',"name":', name), (b',"cat":', cat)):
-            if isinstance(v, Column):
-                name_cat.append((field, table([orjson.dumps(s) for s in v.strings]), v.values))
-            else:
-                name_cat.append((field + orjson.dumps(v), None, None))
-        strings = {id(c): self._json_strings(c) for c in args if c.kind == "str"}
-        floats = {}
-        for c in args:
-            if c.kind == "float":  # JSON text of each distinct value, gathered per row
-                u, inv = np.unique(c.values, return_inverse=True)
-                floats[id(c)] = (table([orjson.dumps(v) for v in u.tolist()]), inv.ravel())
-        out = []
-        for idx, cols in groups_by_args(n, args):
-            r = Rows(idx.size).const(b'{"ph":"X","ts":')
-            self._us(r, ts[idx]).const(b',"dur":')
-            self._us(r, dur[idx]).const(b',"pid":').decimal(np.asarray(pid)[idx].astype(np.int64))
-            r.const(b',"tid":').decimal(tid[idx].astype(np.int64))
-            for field, tab, codes in name_cat:
-                r.const(field)
-                if tab is not None:
-                    r.gather(tab, codes[idx])
-            for j, c in enumerate(cols):
-                r.const((b',"args":{' if j == 0 else b",") + orjson.dumps(c.key) + b":")
-                v = c.values[idx]
-                if c.kind == "int":
-                    r.decimal(v)
-                elif c.kind == "hex":
-                    r.const(b'"').hex(v).const(b'"')
-                elif c.kind == "str":
-                    r.gather(strings[id(c)], v)
-                elif c.kind == "float":
-                    tab, codes = floats[id(c)]
-                    r.gather(tab, codes[idx])
-                else:
-                    raise ValueError(f"unknown column kind {c.kind!r}")
-            out.append(r.const(b"}},\n" if cols else b"},\n").build())
-        self._spool.write(b"".join(out))
-        self._n += n
-        # A flow's two ends are matched by (cat, name, id): one category for all of them, whatever
-        # families the slices at its ends belong to.
-        pid = np.asarray(pid).astype(np.int64)
-        for ids, head in ((flow_out, b'{"ph":"s","id":'), (flow_in, b'{"ph":"f","bp":"e","id":')):
-            if ids is None:
-                continue
-            for col in _flow_columns(ids):
-                rows = np.flatnonzero(col)
-                if not rows.size:
-                    continue
-                r = Rows(rows.size).const(head).decimal(col[rows]).const(b',"ts":')
-                self._us(r, ts[rows]).const(b',"pid":').decimal(pid[rows]).const(b',"tid":')
-                r.decimal(tid[rows].astype(np.int64)).const(b',"name":"flow","cat":"flow"},\n')
-                self._spool.write(r.build())
-                self._n += rows.size
-
-    # -- track groups: a pseudo process per group, a pseudo thread per track (and lane)
-    def _group_pid(self, group: str) -> int:
-        pid = self._groups.get(group)
-        if pid is None:
-            pid = self._groups[group] = JSON_GROUP_PID + len(self._groups)
-            self._emit({"ph": "M", "name": "process_name", "pid": pid, "tid": pid, "args": {"name": group}})
-            self._emit({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
-                        "args": {"sort_index": 1 << 20 | len(self._groups)}})
-        return pid
-
-    def _group_tid(self, group: str, track: str, lane: int) -> tuple[int, int]:
-        pid = self._group_pid(group)
-        tid = self._group_tracks.get((group, track, lane))
-        if tid is None:
-            tid = self._group_tracks[(group, track, lane)] = JSON_GROUP_TID + len(self._group_tracks)
-            self._emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
-            self._emit({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                        "args": {"sort_index": len(self._group_tracks)}})
-        return pid, tid
-
-    def group_slices(self, group, track, ts, dur, name, cat, args=(), flow_out=None, flow_in=None, lane=0):
-        n = len(ts)
-        if n == 0:
-            return
-        pid, tid = self._group_tid(group, track, lane)
-        self.slices(ts, dur, np.full(n, tid, np.int64), np.full(n, pid, np.int64), name, cat, args,
-                    flow_out, flow_in)
-
-    def group_counters(self, group, name, ts, values):
-        pid = self._group_pid(group)
-        for t, v in zip(np.asarray(ts).tolist(), np.asarray(values).tolist()):
-            self._emit({"ph": "C", "ts": t / 1000, "pid": pid, "name": name, "args": {"value": v}})
-
-    def counters(self, name, ts, values, pid=None):
-        n = len(ts)
-        values = np.asarray(values)
-        if n == 0 or values.dtype.kind not in "iu":  # floats: shortest repr, per value
-            return super().counters(name, ts, values, pid)
-        r = Rows(n).const(b'{"ph":"C","ts":')
-        self._us(r, np.asarray(ts).astype(np.int64, copy=False))
-        self.used_system |= pid is None
-        r.const(b',"pid":' + str(pid if pid is not None else JSON_SYSTEM_PID).encode() + b',"name":' + orjson.dumps(name)
-                + b',"args":{"value":').decimal(values).const(b"}},\n")
-        self._spool.write(r.build())
-        self._n += n
-
-    @property
-    def count(self) -> int:
-        return self._n
-
-    def drain_into(self, write) -> None:
-        """Copy the spooled events (each followed by ',\\n') through `write`."""
-        self._spool.seek(0)
-        while True:
-            chunk = self._spool.read(1 << 20)
-            if not chunk:
-                break
-            write(chunk)
-        self._spool.close()

@@ -48,12 +48,12 @@ from __future__ import annotations
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .. import __version__
-from .. import events as ev
-from .model import CpuSched, LogModel
-from ..ranks import RANK_VARS, rank_label
-from .protowire import f_len, f_packed, f_varint, varint
-from .track_events import PerfettoTrackSink
+from ... import __version__
+from ... import events as ev
+from ..model import CpuSched, LogModel
+from ...ranks import RANK_VARS, rank_label
+from .sink import PerfettoTrackSink
+from .wire import f_len, f_packed, f_varint, varint
 
 SEQ_ID = 1
 SEQ_ID_COUNTERS = 2
