@@ -6,4 +6,5 @@ writer.py   PerfettoWriter (TraceWriter): clock, system info, compact sched
 sink.py     PerfettoTrackSink (TrackSink): families' TrackEvents, interned,
             per event and in bulk (whole columns, with ..columns.Rows)
 wire.py     protobuf wire encoding by hand, for the hot paths
+fields.py   the proto's field numbers those hand encoders use, from perfetto_trace_pb2
 """

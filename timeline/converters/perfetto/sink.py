@@ -23,7 +23,14 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..columns import Rows, hexes, table
 from ..interface import Column, Lanes, TrackSink, flow_columns, flow_ids, groups_by_args
-from .wire import f_double, f_fixed64, f_len, f_varint, key
+from .fields import (
+    ARG_BOOL, ARG_DOUBLE, ARG_INT, ARG_NAME_IID, ARG_STRING, ARG_STRING_IID, ARG_UINT, COUNTER,
+    EV_CATEGORY_IIDS, EV_COUNTER_VALUE, EV_DEBUG_ANNOTATIONS, EV_DOUBLE_COUNTER_VALUE, EV_FLOW_IDS,
+    EV_NAME_IID, EV_TERMINATING_FLOW_IDS, EV_TRACK_UUID, EV_TYPE, INSTANT, INTERNED_ARG_NAMES,
+    INTERNED_CATEGORIES, INTERNED_EVENT_NAMES, INTERNED_IID, INTERNED_STRING, INTERNED_STRING_VALUES,
+    PKT_INTERNED_DATA, PKT_SEQUENCE_FLAGS, PKT_SEQUENCE_ID, PKT_TIMESTAMP, PKT_TRACK_EVENT, SEQ_CLEARED,
+    SEQ_NEEDS_STATE, SLICE_BEGIN, SLICE_END, TRACE_PACKET)
+from .wire import I64, LEN, VARINT, f_double, f_fixed64, f_len, f_varint, key
 
 SEQ_ID_TRACKS = 3
 # Thread and process track descriptors go on a sequence of their own, with no
@@ -34,15 +41,6 @@ SEQ_ID_TRACKS = 3
 # "ghost" copy of both.
 SEQ_ID_THREADS = 4
 
-# TracePacket / TrackEvent / DebugAnnotation / InternedData field numbers
-# (perfetto_trace.proto), for the hand-encoded hot path.
-_PKT_TS, _PKT_EVENT, _PKT_SEQ, _PKT_INTERNED, _PKT_FLAGS = 8, 11, 10, 12, 13
-_TE_TYPE, _TE_TRACK, _TE_NAME, _TE_CATS, _TE_ARGS = 9, 11, 10, 3, 4
-_TE_COUNTER, _TE_DCOUNTER, _TE_FLOW, _TE_FLOW_END = 30, 44, 47, 48
-_DA_NAME, _DA_BOOL, _DA_UINT, _DA_INT, _DA_DOUBLE, _DA_STR, _DA_STR_IID = 1, 2, 3, 4, 5, 6, 17
-_ID_NAMES, _ID_CATS, _ID_ARGNAMES, _ID_STRVALS = 2, 1, 3, 29
-_BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
-_SEQ_CLEARED, _SEQ_NEEDS = 1, 2
 # Strings of an arg key are interned (sent once, then referred to by id)
 # until the key has this many distinct values: kernel names, copy kinds and
 # dims repeat, pointers do not.
@@ -74,12 +72,12 @@ class PerfettoTrackSink(TrackSink):
         self._write_framed = write_framed
         self._tgid = thread_tgid or (lambda tid: None)
         self._uuids: dict[tuple, int] = {}
-        self._tables = {f: {} for f in (_ID_NAMES, _ID_CATS, _ID_ARGNAMES, _ID_STRVALS)}
+        self._tables = {f: {} for f in (INTERNED_EVENT_NAMES, INTERNED_CATEGORIES, INTERNED_ARG_NAMES, INTERNED_STRING_VALUES)}
         self._strvals_per_key: dict[str, int] = {}
         self._end_body: dict[int, bytes] = {}
         self._arg_cache: dict[tuple, bytes] = {}
         self._lanes = Lanes()
-        self._seq_tail = f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_NEEDS)
+        self._seq_tail = f_varint(PKT_SEQUENCE_ID, SEQ_ID_TRACKS) + f_varint(PKT_SEQUENCE_FLAGS, SEQ_NEEDS_STATE)
         self._first = True
         self._first_threads = True  # nothing written on SEQ_ID_THREADS yet
         self._pending = bytearray()  # interned_data entries for the next packet
@@ -90,14 +88,14 @@ class PerfettoTrackSink(TrackSink):
         """One TracePacket: timestamp, track_event body, pending interned data."""
         out = bytearray()
         if ts is not None:
-            out += f_varint(_PKT_TS, ts)
+            out += f_varint(PKT_TIMESTAMP, ts)
         if body:
-            out += f_len(_PKT_EVENT, body)
+            out += f_len(PKT_TRACK_EVENT, body)
         if self._pending:
-            out += f_len(_PKT_INTERNED, bytes(self._pending))
+            out += f_len(PKT_INTERNED_DATA, bytes(self._pending))
             self._pending.clear()
         if self._first:
-            out += f_varint(_PKT_SEQ, SEQ_ID_TRACKS) + f_varint(_PKT_FLAGS, _SEQ_CLEARED)
+            out += f_varint(PKT_SEQUENCE_ID, SEQ_ID_TRACKS) + f_varint(PKT_SEQUENCE_FLAGS, SEQ_CLEARED)
             self._first = False
         else:
             out += self._seq_tail
@@ -106,11 +104,11 @@ class PerfettoTrackSink(TrackSink):
     def _pb_packet(self, pkt: pb.TracePacket, threads: bool = False) -> None:
         if threads:
             pkt.trusted_packet_sequence_id = SEQ_ID_THREADS
-            pkt.sequence_flags = _SEQ_CLEARED if self._first_threads else _SEQ_NEEDS
+            pkt.sequence_flags = SEQ_CLEARED if self._first_threads else SEQ_NEEDS_STATE
             self._first_threads = False
         else:
             pkt.trusted_packet_sequence_id = SEQ_ID_TRACKS
-            pkt.sequence_flags = _SEQ_CLEARED if self._first else _SEQ_NEEDS
+            pkt.sequence_flags = SEQ_CLEARED if self._first else SEQ_NEEDS_STATE
             self._first = False
         self._write(pkt.SerializeToString())
 
@@ -119,7 +117,7 @@ class PerfettoTrackSink(TrackSink):
         iid = table.get(s)
         if iid is None:
             iid = table[s] = len(table) + 1
-            self._pending += f_len(field, f_varint(1, iid) + f_len(2, s.encode()))
+            self._pending += f_len(field, f_varint(INTERNED_IID, iid) + f_len(INTERNED_STRING, s.encode()))
         return iid
 
     # -- tracks
@@ -170,48 +168,48 @@ class PerfettoTrackSink(TrackSink):
         return b"".join(out)
 
     def _arg(self, k: str, v) -> bytes:
-        a = f_varint(_DA_NAME, self._intern(_ID_ARGNAMES, k))
+        a = f_varint(ARG_NAME_IID, self._intern(INTERNED_ARG_NAMES, k))
         if isinstance(v, bool):
-            a += f_varint(_DA_BOOL, int(v))
+            a += f_varint(ARG_BOOL, int(v))
         elif isinstance(v, int):
-            a += f_varint(_DA_UINT if v >= 1 << 63 else _DA_INT, v)
+            a += f_varint(ARG_UINT if v >= 1 << 63 else ARG_INT, v)
         elif isinstance(v, float):
-            a += f_double(_DA_DOUBLE, v)
+            a += f_double(ARG_DOUBLE, v)
         else:
             s = str(v)
-            table = self._tables[_ID_STRVALS]
+            table = self._tables[INTERNED_STRING_VALUES]
             if s in table or self._strvals_per_key.get(k, 0) < _MAX_INTERNED_PER_KEY:
                 if s not in table:
                     self._strvals_per_key[k] = self._strvals_per_key.get(k, 0) + 1
-                a += f_varint(_DA_STR_IID, self._intern(_ID_STRVALS, s))
+                a += f_varint(ARG_STRING_IID, self._intern(INTERNED_STRING_VALUES, s))
             else:
-                a += f_len(_DA_STR, s.encode())
-        return f_len(_TE_ARGS, a)
+                a += f_len(ARG_STRING, s.encode())
+        return f_len(EV_DEBUG_ANNOTATIONS, a)
 
     def _event_body(self, typ: int, uuid: int, name: str, cat: str, args: dict | None,
                     flow_out: int | None = None, flow_in: int | None = None) -> bytes:
-        body = (f_varint(_TE_TYPE, typ) + f_varint(_TE_TRACK, uuid) + f_varint(_TE_NAME, self._intern(_ID_NAMES, name))
-                + f_varint(_TE_CATS, self._intern(_ID_CATS, cat)))
+        body = (f_varint(EV_TYPE, typ) + f_varint(EV_TRACK_UUID, uuid) + f_varint(EV_NAME_IID, self._intern(INTERNED_EVENT_NAMES, name))
+                + f_varint(EV_CATEGORY_IIDS, self._intern(INTERNED_CATEGORIES, cat)))
         if args:
             body += self._args(args)
         for fid in flow_ids(flow_out):
-            body += f_fixed64(_TE_FLOW, fid)
+            body += f_fixed64(EV_FLOW_IDS, fid)
         for fid in flow_ids(flow_in):
-            body += f_fixed64(_TE_FLOW_END, fid)
+            body += f_fixed64(EV_TERMINATING_FLOW_IDS, fid)
         return body
 
     def _span(self, uuid, ts, dur, name, cat, args, flow_out=None, flow_in=None):
-        self._emit(ts, self._event_body(_BEGIN, uuid, name, cat, args, flow_out, flow_in))
+        self._emit(ts, self._event_body(SLICE_BEGIN, uuid, name, cat, args, flow_out, flow_in))
         end = self._end_body.get(uuid)
         if end is None:
-            end = self._end_body[uuid] = f_varint(_TE_TYPE, _END) + f_varint(_TE_TRACK, uuid)
+            end = self._end_body[uuid] = f_varint(EV_TYPE, SLICE_END) + f_varint(EV_TRACK_UUID, uuid)
         self._emit(ts + max(dur, 0), end)
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
         self._span(self._thread_track(tid, pid, ts), ts, dur, name, cat, args, flow_out, flow_in)
 
     def instant(self, ts, tid, pid, name, cat, args=None):
-        self._emit(ts, self._event_body(_INSTANT, self._thread_track(tid, pid, ts), name, cat, args))
+        self._emit(ts, self._event_body(INSTANT, self._thread_track(tid, pid, ts), name, cat, args))
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
         parent = self._track(("async", track), lambda d: setattr(d, "name", track), None)
@@ -263,8 +261,8 @@ class PerfettoTrackSink(TrackSink):
         values = np.asarray(values)
         if self._write_framed is None:
             for t, v in zip(np.asarray(ts).tolist(), values.tolist()):
-                body = f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid)
-                body += f_varint(_TE_COUNTER, v) if isinstance(v, int) else f_double(_TE_DCOUNTER, float(v))
+                body = f_varint(EV_TYPE, COUNTER) + f_varint(EV_TRACK_UUID, uuid)
+                body += f_varint(EV_COUNTER_VALUE, v) if isinstance(v, int) else f_double(EV_DOUBLE_COUNTER_VALUE, float(v))
                 self._emit(t, body)
             return
         self._bulk_counter(uuid, np.asarray(ts).astype(np.int64, copy=False), values)
@@ -296,11 +294,11 @@ class PerfettoTrackSink(TrackSink):
             if pid is not None:
                 d.parent_uuid = self._process_track(pid, ts)
         uuid = self._track(("counter", name, pid), fill, ts if pid is None else self._within("process", pid, ts))
-        body = f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid)
+        body = f_varint(EV_TYPE, COUNTER) + f_varint(EV_TRACK_UUID, uuid)
         if isinstance(value, int):
-            body += f_varint(_TE_COUNTER, value)
+            body += f_varint(EV_COUNTER_VALUE, value)
         else:
-            body += f_double(_TE_DCOUNTER, float(value))
+            body += f_double(EV_DOUBLE_COUNTER_VALUE, float(value))
         self._emit(ts, body)
 
     # -- bulk
@@ -319,12 +317,12 @@ class PerfettoTrackSink(TrackSink):
         return table(enc)
 
     def _str_value(self, k: str, s: str) -> bytes:
-        table_ = self._tables[_ID_STRVALS]
+        table_ = self._tables[INTERNED_STRING_VALUES]
         if s in table_ or self._strvals_per_key.get(k, 0) < _MAX_INTERNED_PER_KEY:
             if s not in table_:
                 self._strvals_per_key[k] = self._strvals_per_key.get(k, 0) + 1
-            return f_varint(_DA_STR_IID, self._intern(_ID_STRVALS, s))
-        return f_len(_DA_STR, s.encode())
+            return f_varint(ARG_STRING_IID, self._intern(INTERNED_STRING_VALUES, s))
+        return f_len(ARG_STRING, s.encode())
 
     def _hex_interned(self, k: str, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(interned?, iid) per row of a "hex" column; interns new values while
@@ -337,7 +335,7 @@ class PerfettoTrackSink(TrackSink):
             new = u[~((known.size > 0) & (known[pos] == u))][:room] if known.size else u[:room]
             if new.size:
                 self._strvals_per_key[k] = self._strvals_per_key.get(k, 0) + int(new.size)
-                add = np.array([self._intern(_ID_STRVALS, f"{v:#x}") for v in new.tolist()], np.int64)
+                add = np.array([self._intern(INTERNED_STRING_VALUES, f"{v:#x}") for v in new.tolist()], np.int64)
                 known, iids = np.concatenate([known, new]), np.concatenate([iids, add])
                 o = np.argsort(known, kind="stable")
                 known, iids = known[o], iids[o]
@@ -351,7 +349,7 @@ class PerfettoTrackSink(TrackSink):
         """A function of row indices -> Rows of this argument's DebugAnnotation
         (name and value, without the field key and length) for those rows.
         Interning is decided here, once for all rows."""
-        name = f_varint(_DA_NAME, self._intern(_ID_ARGNAMES, c.key))
+        name = f_varint(ARG_NAME_IID, self._intern(INTERNED_ARG_NAMES, c.key))
         vals = c.values
         present = c.mask()
         if c.kind == "int":
@@ -359,15 +357,15 @@ class PerfettoTrackSink(TrackSink):
                 v = vals[idx]
                 a = Rows(v.size).const(name)
                 if v.dtype == np.uint64:  # protobuf uint64 past int64: the unsigned field
-                    a.piece(np.where(v >= np.uint64(1 << 63), _DA_UINT << 3, _DA_INT << 3).astype(np.uint8)[:, None],
+                    a.piece(np.where(v >= np.uint64(1 << 63), ARG_UINT << 3, ARG_INT << 3).astype(np.uint8)[:, None],
                             np.ones(v.size, np.int64))
                 else:
-                    a.const(key(_DA_INT, 0))
+                    a.const(key(ARG_INT, VARINT))
                 return a.varint(v)
         elif c.kind == "float":
             def enc(idx):
                 v = vals[idx].astype("<f8")
-                return Rows(v.size).const(name + key(_DA_DOUBLE, 1)).piece(v.view(np.uint8).reshape(v.size, 8),
+                return Rows(v.size).const(name + key(ARG_DOUBLE, I64)).piece(v.view(np.uint8).reshape(v.size, 8),
                                                                           np.full(v.size, 8))
         elif c.kind == "str":
             strings = self._str_values(c, vals[present])
@@ -382,11 +380,11 @@ class PerfettoTrackSink(TrackSink):
                 v, yes = vals[idx], interned[idx]
                 a = Rows(v.size).const(name)
                 if yes.any():
-                    a.const(key(_DA_STR_IID, 0), yes).varint(iids[idx], yes)
+                    a.const(key(ARG_STRING_IID, VARINT), yes).varint(iids[idx], yes)
                 no = ~yes
                 if no.any():
                     m, lens = hexes(v)
-                    a.const(key(_DA_STR, 2), no).varint(lens + 2, no).const(b"0x", no).piece(m, lens, no, right=True)
+                    a.const(key(ARG_STRING, LEN), no).varint(lens + 2, no).const(b"0x", no).piece(m, lens, no, right=True)
                 return a
         else:
             raise ValueError(f"unknown column kind {c.kind!r}")
@@ -414,39 +412,39 @@ class PerfettoTrackSink(TrackSink):
         """Begin/end packets of n slices on the tracks `uuid` (one per row)."""
         n = ts.size
         name_cat = []
-        for field, table_, v in ((_TE_NAME, _ID_NAMES, name), (_TE_CATS, _ID_CATS, cat)):
+        for field, table_, v in ((EV_NAME_IID, INTERNED_EVENT_NAMES, name), (EV_CATEGORY_IIDS, INTERNED_CATEGORIES, cat)):
             if isinstance(v, Column):
                 name_cat.append((field, np.array([self._intern(table_, s) for s in v.strings], np.int64)[v.values]))
             else:
                 name_cat.append((field, f_varint(field, self._intern(table_, v))))
         encoders = {id(c): self._arg_encoder(c) for c in args}
-        flows = [(num, col) for num, ids in ((_TE_FLOW, flow_out), (_TE_FLOW_END, flow_in)) if ids is not None
+        flows = [(num, col) for num, ids in ((EV_FLOW_IDS, flow_out), (EV_TERMINATING_FLOW_IDS, flow_in)) if ids is not None
                  for col in flow_columns(ids)]
-        ts_key, seq_tail = key(_PKT_TS, 0), self._seq_tail
+        ts_key, seq_tail = key(PKT_TIMESTAMP, VARINT), self._seq_tail
         out = []
         for idx, cols in groups_by_args(n, args):
             m = idx.size
             # TrackEvent: type, track, name, category, debug annotations, flows
-            body = Rows(m).const(f_varint(_TE_TYPE, _BEGIN) + key(_TE_TRACK, 0)).varint(uuid[idx])
+            body = Rows(m).const(f_varint(EV_TYPE, SLICE_BEGIN) + key(EV_TRACK_UUID, VARINT)).varint(uuid[idx])
             for field, v in name_cat:
                 if isinstance(v, bytes):
                     body.const(v)
                 else:
-                    body.const(key(field, 0)).varint(v[idx])
+                    body.const(key(field, VARINT)).varint(v[idx])
             for c in cols:
                 a = encoders[id(c)](idx)
-                body.const(key(_TE_ARGS, 2)).varint(a.total()).extend(a)
+                body.const(key(EV_DEBUG_ANNOTATIONS, LEN)).varint(a.total()).extend(a)
             for num, ids in flows:
                 has = ids[idx] != 0
-                body.const(key(num, 1), has).piece(ids[idx].view(np.uint8).reshape(m, 8), np.full(m, 8), has)
-            begin = Rows(m).const(ts_key).varint(ts[idx]).const(key(_PKT_EVENT, 2)).varint(body.total())
+                body.const(key(num, I64), has).piece(ids[idx].view(np.uint8).reshape(m, 8), np.full(m, 8), has)
+            begin = Rows(m).const(ts_key).varint(ts[idx]).const(key(PKT_TRACK_EVENT, LEN)).varint(body.total())
             begin.extend(body).const(seq_tail)
-            end_body = Rows(m).const(f_varint(_TE_TYPE, _END) + key(_TE_TRACK, 0)).varint(uuid[idx])
-            end_pkt = Rows(m).const(ts_key).varint(end[idx]).const(key(_PKT_EVENT, 2)).varint(end_body.total())
+            end_body = Rows(m).const(f_varint(EV_TYPE, SLICE_END) + key(EV_TRACK_UUID, VARINT)).varint(uuid[idx])
+            end_pkt = Rows(m).const(ts_key).varint(end[idx]).const(key(PKT_TRACK_EVENT, LEN)).varint(end_body.total())
             end_pkt.extend(end_body).const(seq_tail)
             packets = Rows(m)
             for pkt in (begin, end_pkt):  # begin and end of a slice side by side, each framed as Trace.packet
-                packets.const(key(1, 2)).varint(pkt.total()).extend(pkt)
+                packets.const(key(TRACE_PACKET, LEN)).varint(pkt.total()).extend(pkt)
             out.append(packets.build())
         self._flush_pending()
         self._write_framed(b"".join(out))
@@ -471,13 +469,13 @@ class PerfettoTrackSink(TrackSink):
 
     def _bulk_counter(self, uuid: int, ts: np.ndarray, values: np.ndarray) -> None:
         n = ts.size
-        body = Rows(n).const(f_varint(_TE_TYPE, _COUNTER) + f_varint(_TE_TRACK, uuid))
+        body = Rows(n).const(f_varint(EV_TYPE, COUNTER) + f_varint(EV_TRACK_UUID, uuid))
         if values.dtype.kind == "f":
-            body.const(key(_TE_DCOUNTER, 1)).piece(values.astype("<f8").view(np.uint8).reshape(n, 8),
+            body.const(key(EV_DOUBLE_COUNTER_VALUE, I64)).piece(values.astype("<f8").view(np.uint8).reshape(n, 8),
                                                    np.full(n, 8))
         else:
-            body.const(key(_TE_COUNTER, 0)).varint(values)
-        pkt = Rows(n).const(key(_PKT_TS, 0)).varint(ts).const(key(_PKT_EVENT, 2)).varint(body.total())
+            body.const(key(EV_COUNTER_VALUE, VARINT)).varint(values)
+        pkt = Rows(n).const(key(PKT_TIMESTAMP, VARINT)).varint(ts).const(key(PKT_TRACK_EVENT, LEN)).varint(body.total())
         pkt.extend(body).const(self._seq_tail)
         self._flush_pending()
-        self._write_framed(Rows(n).const(key(1, 2)).varint(pkt.total()).extend(pkt).build())
+        self._write_framed(Rows(n).const(key(TRACE_PACKET, LEN)).varint(pkt.total()).extend(pkt).build())
