@@ -14,7 +14,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from helpers import require_root, timeline_cmd  # noqa: E402
 from rawlog_factory import LogBuilder, end_block, many_switches, scenario  # noqa: E402
 
-from timeline.converters import chrome_json, convert  # noqa: E402
+from timeline.converters import convert  # noqa: E402
+from timeline.converters.chrome import writer as chrome_json  # noqa: E402
 from timeline.converters.model import OUTSIDE_TID  # noqa: E402
 
 IDLE = OUTSIDE_TID + 1  # the idle task's pseudo thread in the text lines

@@ -1,10 +1,10 @@
-"""The numpy helpers behind the Chrome JSON sched text (converters/bulk_text)."""
+"""The numpy helpers behind the Chrome JSON sched text (converters/chrome/bulk_text)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from timeline.converters.bulk_text import KeyIndex, decimal_times, put_digits
+from timeline.converters.chrome.bulk_text import KeyIndex, decimal_times, put_digits
 
 
 def _reference_ids(rows, seen: dict) -> list[int]:

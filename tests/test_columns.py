@@ -4,7 +4,7 @@ import random
 import numpy as np
 
 from timeline.converters.columns import Rows, decimals, hexes, signed_decimals, table, varints
-from timeline.converters.protowire import varint
+from timeline.converters.perfetto.wire import varint
 
 RNG = random.Random(5)
 U64 = [RNG.randrange(0, 1 << RNG.choice([1, 7, 8, 14, 15, 31, 53, 63, 64])) for _ in range(3000)] + \

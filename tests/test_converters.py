@@ -17,9 +17,9 @@ from rawlog_factory import BOOT0, T, LogBuilder, end_block, many_switches, scena
 
 from timeline import events as ev  # noqa: E402
 from timeline.converters import ConvertResult, convert, format_for  # noqa: E402
-from timeline.converters.chrome_json import JSON_IDLE_TID, state_str  # noqa: E402
+from timeline.converters.chrome.writer import JSON_IDLE_TID, state_str  # noqa: E402
 from timeline.converters.model import OUTSIDE_TID  # noqa: E402
-from timeline.converters.protowire import packed_varints  # noqa: E402
+from timeline.converters.perfetto.wire import packed_varints  # noqa: E402
 from timeline.rawlog import RawLogError, RawLogReader  # noqa: E402
 
 O = OUTSIDE_TID  # the one pseudo thread for tasks outside the recording; tid 0 is idle
@@ -412,10 +412,10 @@ def test_event_dtypes_unchanged():
 def test_both_writers_offer_the_trace_writer_interface(tmp_path):
     """The conversion loop talks to writers through one Protocol (issue 10)."""
     import io
-    from timeline.converters.chrome_json import ChromeJsonWriter
+    from timeline.converters.chrome.writer import ChromeJsonWriter
+    from timeline.converters.interface import TraceWriter
     from timeline.converters.model import scan
-    from timeline.converters.perfetto_writer import PerfettoWriter
-    from timeline.converters.writer import TraceWriter
+    from timeline.converters.perfetto.writer import PerfettoWriter
     from rawlog_factory import scenario
     m = scan(scenario(tmp_path / "a.tlraw"))
     for cls in (PerfettoWriter, ChromeJsonWriter):

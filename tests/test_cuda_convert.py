@@ -20,7 +20,9 @@ import pytest
 
 from timeline import events as ev
 from timeline.converters import convert
-from timeline.converters.track_events import ChromeTrackSink, PerfettoTrackSink, TrackSink
+from timeline.converters.chrome.sink import ChromeTrackSink
+from timeline.converters.interface import TrackSink
+from timeline.converters.perfetto.sink import PerfettoTrackSink
 from timeline.cuda.decode import decode_group
 from timeline.cuda.converter import BOOKKEEPING
 from timeline.cuda.probes import BY_NAME, CATEGORY, PROBES, table_meta

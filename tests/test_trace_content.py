@@ -9,7 +9,7 @@ import pytest
 from timeline.trace_processor import open_trace
 from helpers import REPO, assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
 from timeline import events as ev
-from timeline.converters.chrome_json import JSON_IDLE_TID
+from timeline.converters.chrome.writer import JSON_IDLE_TID
 from timeline.converters import convert
 from timeline.converters.model import OUTSIDE_TID
 

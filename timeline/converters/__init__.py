@@ -20,7 +20,7 @@ from ..rawlog import Damage, RawLogError
 from . import families as _families
 from . import model as _model
 from .model import ItemKind
-from .writer import TraceWriter
+from .interface import TraceWriter
 
 __all__ = ["convert", "ConvertResult", "FORMATS", "format_for", "RawLogError"]
 
@@ -76,10 +76,10 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
             f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
         w: TraceWriter
         if fmt == "perfetto":
-            from .perfetto_writer import PerfettoWriter
+            from .perfetto.writer import PerfettoWriter
             w = PerfettoWriter(f, m)
         else:
-            from .chrome_json import ChromeJsonWriter
+            from .chrome.writer import ChromeJsonWriter
             w = ChromeJsonWriter(f, m)
         w.begin()
         for item in _model.stream(m, norm, progress, size, total):

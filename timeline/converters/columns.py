@@ -16,7 +16,7 @@ Lengths are known before building, so length prefixes (nested protobuf
 messages) are just more varint pieces.
 
 The padded matrix costs its full width for every record, so the sinks build
-records that have the same arguments together (track_events.groups_by_args).
+records that have the same arguments together (interface.groups_by_args).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A family converter receives, in the first pass, the records of its rings
 and the META blocks of its types (to learn names, mappings, ...), and in the
-second pass writes what it wants through a TrackSink (track_events.py), the
+second pass writes what it wants through a TrackSink (interface.py), the
 same code serving the Perfetto and the Chrome JSON output.
 
 To add a family: subclass FamilyConverter in its own module and name it, as
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..family import load_spec
 from ..registry import CONVERTERS
-from .track_events import TrackSink
+from .interface import TrackSink
 
 REGISTRY: tuple[str, ...] = CONVERTERS  # every family's converters, from the descriptors
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import events as ev
 from ..converters.families import FamilyConverter
-from ..converters.track_events import Column, ColumnSet
+from ..converters.interface import Column, ColumnSet
 from .decode import MEMCPY_KINDS, decode_columns, launch_func, name_of, probe_table, unique_rows
 from .probes import CATEGORY, NCCL, RUNTIME, Role
 from .resolve import MapsIndex

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import events as ev
-from ..converters.track_events import Column
+from ..converters.interface import Column
 from .probes import BY_NAME, DRIVER, NCCL, RUNTIME, Probe, Role
 
 MEMCPY_KINDS = {0: "H2H", 1: "H2D", 2: "D2H", 3: "D2D", 4: "default"}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..converters.families import FamilyConverter
-from ..converters.track_events import Column
+from ..converters.interface import Column
 from ..demangle import demangle
 from . import intervals
 from . import records as R

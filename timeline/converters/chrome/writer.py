@@ -32,10 +32,10 @@ import weakref
 import numpy as np
 import orjson
 
+from ..model import IDLE_TID, OUTSIDE_COMM, OUTSIDE_TID, CpuSched, LogModel
+from ...ranks import rank_label
 from .bulk_text import KeyIndex, decimal_times
-from .model import IDLE_TID, OUTSIDE_COMM, OUTSIDE_TID, CpuSched, LogModel
-from .track_events import JSON_SYSTEM_NAME, JSON_SYSTEM_PID, ChromeTrackSink
-from ..ranks import rank_label
+from .sink import JSON_SYSTEM_NAME, JSON_SYSTEM_PID, ChromeTrackSink
 
 DEFAULT_PRIO = 120
 # prev_state bits as the kernel prints them (kernel >= 4.14 encoding)

@@ -12,6 +12,8 @@ import struct
 import numpy as np
 
 
+VARINT, I64, LEN = 0, 1, 2  # wire types: varint, 8 fixed bytes, length-delimited
+
 # Field keys, interned ids and most small ints fit in two bytes: precomputed.
 _SMALL = [bytes((i,)) for i in range(128)] + [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(128, 1 << 14)]
 

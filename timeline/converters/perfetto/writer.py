@@ -2,7 +2,9 @@
 
 A Trace is `repeated TracePacket packet = 1`, so each packet goes out as
 0x0a varint(len) bytes the moment it is ready; memory stays bounded by one
-raw block.
+raw block.  The packets written by the million (compact sched here, the
+families' TrackEvents in sink.py) are encoded by hand (wire.py), with the
+proto's field numbers (fields.py); the rest are perfetto_trace_pb2 messages.
 
 What goes in, and what trace_processor (v52, checked by tests/test_converters.py)
 makes of it:
@@ -48,12 +50,17 @@ from __future__ import annotations
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from .. import __version__
-from .. import events as ev
-from .model import CpuSched, LogModel
-from ..ranks import RANK_VARS, rank_label
-from .protowire import f_len, f_packed, f_varint, varint
-from .track_events import PerfettoTrackSink
+from ... import __version__
+from ... import events as ev
+from ..model import CpuSched, LogModel
+from ...ranks import RANK_VARS, rank_label
+from .fields import (
+    BUNDLE_COMPACT_SCHED, BUNDLE_CPU, CS_INTERN_TABLE, CS_SWITCH_NEXT_COMM_INDEX, CS_SWITCH_NEXT_PID,
+    CS_SWITCH_NEXT_PRIO, CS_SWITCH_PREV_STATE, CS_SWITCH_TIMESTAMP, CS_WAKING_COMM_INDEX, CS_WAKING_COMMON_FLAGS,
+    CS_WAKING_PID, CS_WAKING_PRIO, CS_WAKING_TARGET_CPU, CS_WAKING_TIMESTAMP, PKT_FTRACE_EVENTS, PKT_SEQUENCE_ID,
+    TRACE_PACKET)
+from .sink import PerfettoTrackSink
+from .wire import LEN, f_len, f_packed, f_varint, key, varint
 
 SEQ_ID = 1
 SEQ_ID_COUNTERS = 2
@@ -63,6 +70,7 @@ CLONE_SIGHAND = 0x800
 CLONE_THREAD = 0x10000
 SIGCHLD = 17
 CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME = 1, 3, 6
+_PACKET_KEY = key(TRACE_PACKET, LEN)  # each packet's framing as a Trace.packet field
 
 
 # ------------------------------------------------------------------ writer
@@ -81,7 +89,7 @@ class PerfettoWriter:
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:
-        data = b"\x0a" + varint(len(body)) + body
+        data = _PACKET_KEY + varint(len(body)) + body
         self.f.write(data)
         self.out_bytes += len(data)
 
@@ -118,9 +126,9 @@ class PerfettoWriter:
         if clock.get("boottime_ns") is None:
             return
         pkt = pb.TracePacket()
-        for key, cid in ids:
-            if clock.get(key) is not None:
-                pkt.clock_snapshot.clocks.add(clock_id=cid, timestamp=int(clock[key]))
+        for name, cid in ids:
+            if clock.get(name) is not None:
+                pkt.clock_snapshot.clocks.add(clock_id=cid, timestamp=int(clock[name]))
         if first:
             pkt.clock_snapshot.primary_trace_clock = CLOCK_BOOTTIME
         self._packet(pkt)
@@ -170,25 +178,25 @@ class PerfettoWriter:
         tid_name = np.array([names.setdefault(self.m.thread_name(t), len(names))
                              for t in tids.tolist()], dtype=np.int64)
         comm_idx = tid_name[inv]
-        parts = [f_len(5, n.encode("utf-8", "replace")) for n in names]
+        parts = [f_len(CS_INTERN_TABLE, n.encode("utf-8", "replace")) for n in names]
         if sw_next.size:
-            sw = [f_packed(1, np.diff(c.sw_ts[sl], prepend=0)),
-                  f_packed(2, c.sw_state[sl]),
-                  f_packed(3, sw_next),
-                  f_packed(4, c.sw_prio[sl]),
-                  f_packed(6, comm_idx[: sw_next.size])]
+            sw = [f_packed(CS_SWITCH_TIMESTAMP, np.diff(c.sw_ts[sl], prepend=0)),
+                  f_packed(CS_SWITCH_PREV_STATE, c.sw_state[sl]),
+                  f_packed(CS_SWITCH_NEXT_PID, sw_next),
+                  f_packed(CS_SWITCH_NEXT_PRIO, c.sw_prio[sl]),
+                  f_packed(CS_SWITCH_NEXT_COMM_INDEX, comm_idx[: sw_next.size])]
             self.switch_bytes += sum(map(len, sw))
             self.n_switch += sw_next.size
             parts += sw
         if wk_woken.size:
-            parts += [f_packed(7, np.diff(c.wk_ts[sl], prepend=0)),
-                      f_packed(8, wk_woken),
-                      f_packed(9, c.wk_cpu[sl]),
-                      f_packed(10, c.wk_prio[sl]),
-                      f_packed(11, comm_idx[sw_next.size:]),
-                      f_packed(12, np.zeros(wk_woken.size, np.int64))]
-        bundle = f_varint(1, c.cpu) + f_len(4, b"".join(parts))
-        self._raw_packet(f_len(1, bundle) + f_varint(10, SEQ_ID))
+            parts += [f_packed(CS_WAKING_TIMESTAMP, np.diff(c.wk_ts[sl], prepend=0)),
+                      f_packed(CS_WAKING_PID, wk_woken),
+                      f_packed(CS_WAKING_TARGET_CPU, c.wk_cpu[sl]),
+                      f_packed(CS_WAKING_PRIO, c.wk_prio[sl]),
+                      f_packed(CS_WAKING_COMM_INDEX, comm_idx[sw_next.size:]),
+                      f_packed(CS_WAKING_COMMON_FLAGS, np.zeros(wk_woken.size, np.int64))]
+        bundle = f_varint(BUNDLE_CPU, c.cpu) + f_len(BUNDLE_COMPACT_SCHED, b"".join(parts))
+        self._raw_packet(f_len(PKT_FTRACE_EVENTS, bundle) + f_varint(PKT_SEQUENCE_ID, SEQ_ID))
 
     # -- proc
     def proc(self, recs: np.ndarray) -> None:
