@@ -14,6 +14,7 @@ import threading
 import click
 
 from ..errors import UserError
+from ..terminal import printable
 
 
 @click.command("view")
@@ -48,7 +49,7 @@ def view(trace, port, no_browser, verbose):
                 page = BrowserPage(server.url)
             except OSError as e:
                 click.echo(f"timeline: warning: no browser opened: cannot write its start page in "
-                           f"{tempfile.gettempdir()}: {e.strerror}; open the URL above", err=True)
+                           f"{printable(tempfile.gettempdir())}: {e.strerror}; open the URL above", err=True)
             else:
                 # Some browsers' launchers block until the browser exits: never wait on it.
                 threading.Thread(target=_open_browser, args=(page.url,), daemon=True).start()

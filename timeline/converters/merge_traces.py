@@ -143,7 +143,7 @@ def _note_snapshot(inp: Input, snapshot) -> None:
     why = ""
     if max(clocks.values(), default=0) > INT64_MAX:
         why = "past 2^63 ns"
-    elif CLOCK_BOOTTIME in clocks and clocks.get(CLOCK_REALTIME, INT64_MAX) + BOOT_BEFORE_1970_NS < clocks[CLOCK_BOOTTIME]:
+    elif clocks.get(CLOCK_REALTIME, INT64_MAX) + BOOT_BEFORE_1970_NS < clocks.get(CLOCK_BOOTTIME, 0):
         why = "REALTIME before BOOTTIME: a boot before 1970"
     if why:
         shown = ", ".join(f"{_CLOCK_NAMES.get(cid, f'clock {cid}')} {t}" for cid, t in sorted(clocks.items()))
@@ -237,8 +237,8 @@ def align(inputs: list[Input]) -> None:
         hi = inp.end if inp.clocks_hi is None else max(inp.end, inp.clocks_hi)
         if lo + inp.shift < 0 or hi + inp.shift > INT64_MAX:
             against = "" if inp is ref else f" with {ref.path}"
-            raise MergeError(f"{inp.path} cannot be aligned{against}: its timestamps ({lo} .. {hi} ns) moved by its clock "
-                             f"shift ({inp.shift / 1e9:+.0f} s) leave the range of a clock (0 .. 2^63 ns)")
+            raise MergeError(f"{inp.path} cannot be aligned{against}: its timestamps ({lo} .. {hi} ns) moved by "
+                             f"its clock shift ({inp.shift / 1e9:+.0f} s) leave the range of a clock (0 .. 2^63 ns)")
 
 
 def clock_step_warnings(inputs: list[Input], tolerance_ns: int = CLOCK_STEP_NS) -> list[str]:
