@@ -89,7 +89,7 @@ def merge_cmd(traces, output, quiet):
             raise UserError(f"cannot write {printable(output)}: {e.strerror}") from None
     if quiet:
         return
-    for w in mt.overlap_warnings(inputs):
+    for w in mt.overlap_warnings(inputs) + mt.clock_step_warnings(inputs):
         click.echo(f"timeline: warning: {printable(w)}", err=True)
     for i, inp in enumerate(inputs):
         click.echo(f"timeline: machine {i}: {printable(inp.host or '?')}  {printable(inp.path)}  "

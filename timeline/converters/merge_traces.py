@@ -6,7 +6,11 @@ every timeline trace starts with a ClockSnapshot of BOOTTIME and REALTIME
 taken together; an input's BOOTTIME timestamps are shifted so that the same
 REALTIME instant has the same timestamp on every machine (the first input is
 the reference).  That assumes the machines' REALTIME clocks agree (NTP/PTP);
-docs/distributed.md says what that means for the result.
+docs/distributed.md says what that means for the result.  The first snapshot
+aligns; a later one (timeline writes one at the end) that disagrees means the
+wall clock was stepped meanwhile, which is a warning, not an error.  Clock
+values and shifted timestamps must stay within 0..2^63-1 ns (trace_processor
+reads them as signed 64-bit): an input that would leave that range is refused.
 
 Why rewrite timestamps rather than emit RemoteClockSync packets: trace_processor
 applies a remote machine's clock offset only to timestamps it converts from
@@ -27,6 +31,9 @@ CLOCK_REALTIME, CLOCK_BOOTTIME = 1, 6
 SEQ_STRIDE = 1 << 16        # sequence ids of machine i: i * SEQ_STRIDE + original
 ID_SALT = 0x9E3779B97F4A7C15  # uuids/flow ids of machine i: mixed with i (64-bit)
 MASK64 = (1 << 64) - 1
+INT64_MAX = (1 << 63) - 1     # trace_processor reads timestamps as signed 64-bit
+BOOT_BEFORE_1970_NS = 10**9   # REALTIME below BOOTTIME by more: the machine booted before 1970
+CLOCK_STEP_NS = 10**6         # later snapshots off the first by more: the wall clock was stepped
 
 
 class MergeError(ValueError):
@@ -43,6 +50,9 @@ class Input:
     start: int = 0             # first and last packet timestamps (own BOOTTIME)
     end: int = 0
     shift: int = 0             # added to every BOOTTIME timestamp
+    clock_step: int = 0        # later snapshots' (REALTIME - BOOTTIME) minus the first's, the largest
+    clocks_lo: int | None = None  # extent of the snapshot clocks that move with BOOTTIME
+    clocks_hi: int | None = None
     metadata: dict = field(default_factory=dict)
 
     @property
@@ -104,10 +114,8 @@ def parse(path: str, data: bytes) -> Input:
     for a, b in packet_spans(data, path):
         n += 1
         pkt = _packet(data, a, b, path)
-        if pkt.HasField("clock_snapshot") and not inp.boottime:
-            clocks = {c.clock_id: c.timestamp for c in pkt.clock_snapshot.clocks}
-            if CLOCK_BOOTTIME in clocks and CLOCK_REALTIME in clocks:
-                inp.boottime, inp.realtime = clocks[CLOCK_BOOTTIME], clocks[CLOCK_REALTIME]
+        if pkt.HasField("clock_snapshot"):
+            _note_snapshot(inp, pkt.clock_snapshot)
         if pkt.HasField("chrome_events"):
             for m in pkt.chrome_events.metadata:
                 inp.metadata[m.name] = m.string_value if m.HasField("string_value") else m.int_value
@@ -127,6 +135,36 @@ def parse(path: str, data: bytes) -> Input:
     return inp
 
 
+def _note_snapshot(inp: Input, snapshot) -> None:
+    """The first BOOTTIME/REALTIME pair aligns the input; later ones only say
+    how far its wall clock was stepped.  Values no clock can hold are refused."""
+    clocks = {c.clock_id: c.timestamp for c in snapshot.clocks}
+    moved = [t for cid, t in clocks.items() if cid != CLOCK_REALTIME]
+    why = ""
+    if max(clocks.values(), default=0) > INT64_MAX:
+        why = "past 2^63 ns"
+    elif clocks.get(CLOCK_REALTIME, INT64_MAX) + BOOT_BEFORE_1970_NS < clocks.get(CLOCK_BOOTTIME, 0):
+        why = "REALTIME before BOOTTIME: a boot before 1970"
+    if why:
+        shown = ", ".join(f"{_CLOCK_NAMES.get(cid, f'clock {cid}')} {t}" for cid, t in sorted(clocks.items()))
+        raise MergeError(f"{inp.path} cannot be aligned: its clock snapshot is out of range ({shown} ns; {why})")
+    if moved:
+        lo, hi = min(moved), max(moved)
+        inp.clocks_lo = lo if inp.clocks_lo is None else min(inp.clocks_lo, lo)
+        inp.clocks_hi = hi if inp.clocks_hi is None else max(inp.clocks_hi, hi)
+    if CLOCK_BOOTTIME not in clocks or CLOCK_REALTIME not in clocks:
+        return
+    if not inp.boottime:
+        inp.boottime, inp.realtime = clocks[CLOCK_BOOTTIME], clocks[CLOCK_REALTIME]
+        return
+    step = (clocks[CLOCK_REALTIME] - clocks[CLOCK_BOOTTIME]) - (inp.realtime - inp.boottime)
+    if abs(step) > abs(inp.clock_step):
+        inp.clock_step = step
+
+
+_CLOCK_NAMES = {CLOCK_REALTIME: "REALTIME", 3: "MONOTONIC", CLOCK_BOOTTIME: "BOOTTIME"}
+
+
 def _mix(i: int, value: int) -> int:
     """An id of machine i, distinct from every id of the other machines (0 stays 0)."""
     if not value or not i:
@@ -136,8 +174,16 @@ def _mix(i: int, value: int) -> int:
     return (x ^ (x >> 31)) or 1
 
 
-def _rewrite(pkt: pb.TracePacket, i: int, shift: int) -> None:
+def _rewrite(pkt: pb.TracePacket, i: int, shift: int, path: str = "") -> None:
     """Machine i's packet in place: its machine, its sequence, its ids, its times."""
+    try:
+        _rewrite_fields(pkt, i, shift)
+    except ValueError:  # protobuf: a shifted time below 0 or past 2^64 (align() checked the common ones)
+        raise MergeError(f"{path} cannot be aligned: one of its timestamps moved by its clock shift "
+                         f"({shift / 1e9:+.0f} s) is out of range") from None
+
+
+def _rewrite_fields(pkt: pb.TracePacket, i: int, shift: int) -> None:
     pkt.machine_id = i
     if pkt.trusted_packet_sequence_id:
         pkt.trusted_packet_sequence_id = i * SEQ_STRIDE + pkt.trusted_packet_sequence_id
@@ -187,6 +233,20 @@ def align(inputs: list[Input]) -> None:
     ref_d = ref.realtime - ref.boottime
     for inp in inputs:
         inp.shift = (inp.realtime - inp.boottime) - ref_d
+        lo = inp.start if inp.clocks_lo is None else min(inp.start, inp.clocks_lo)
+        hi = inp.end if inp.clocks_hi is None else max(inp.end, inp.clocks_hi)
+        if lo + inp.shift < 0 or hi + inp.shift > INT64_MAX:
+            against = "" if inp is ref else f" with {ref.path}"
+            raise MergeError(f"{inp.path} cannot be aligned{against}: its timestamps ({lo} .. {hi} ns) moved by "
+                             f"its clock shift ({inp.shift / 1e9:+.0f} s) leave the range of a clock (0 .. 2^63 ns)")
+
+
+def clock_step_warnings(inputs: list[Input], tolerance_ns: int = CLOCK_STEP_NS) -> list[str]:
+    """Inputs whose wall clock was stepped while they recorded (their clock
+    snapshots disagree): the first snapshot aligned them, later events may be off."""
+    return [f"{inp.path} ({inp.host or 'unknown host'}): its clock snapshots disagree by {inp.clock_step / 1e9:+.3f} s "
+            "(its wall clock was stepped while it recorded); aligned by the first, so its later events "
+            "may be off by up to that" for inp in inputs if abs(inp.clock_step) > tolerance_ns]
 
 
 def overlap_warnings(inputs: list[Input], slack_ns: int = 60 * 10**9) -> list[str]:
@@ -233,7 +293,7 @@ def merge(inputs: list[Input], write) -> int:
         chunk = [_frame(meta.SerializeToString())]
         for a, b in packet_spans(inp.data, inp.path):
             pkt = _packet(inp.data, a, b, inp.path)
-            _rewrite(pkt, i, inp.shift)
+            _rewrite(pkt, i, inp.shift, inp.path)
             chunk.append(_frame(pkt.SerializeToString()))
             if len(chunk) >= 4096:
                 data = b"".join(chunk)

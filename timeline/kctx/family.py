@@ -18,11 +18,34 @@ class IoctlOptions:
                                   "all records every ioctl.")
 
 
+MIN_SAMPLE_INTERVAL = 0.01  # s: shorter, the sampler thread alone would take a core
+
+
+def sample_interval_ok(seconds: float) -> bool:
+    """0 (samplers off), or finite and at least MIN_SAMPLE_INTERVAL (nan fails both)."""
+    return seconds == 0 or MIN_SAMPLE_INTERVAL <= seconds < float("inf")
+
+
+class SampleInterval(click.ParamType):
+    """--sample-interval, checked like --flush-interval (but 0 means off)."""
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not sample_interval_ok(v):
+            self.fail(f"{value!r}: give a finite number of seconds, at least {MIN_SAMPLE_INTERVAL:g} "
+                      "(0 turns the samplers off)", param, ctx)
+        return v or 0.0
+
+
 @dataclass(frozen=True)
 class CountersOptions:
-    sample_interval: float = option(0.5, "--sample-interval", type=float, metavar="S",
+    sample_interval: float = option(0.5, "--sample-interval", type=SampleInterval(), metavar="S",
                                     help="counters family: seconds between RSS/CPU/fault (/proc) and GPU (NVML) "
-                                         "samples; 0 turns them off.")
+                                         "samples (at least 0.01); 0 turns them off.")
 
 
 IOCTL = Family(

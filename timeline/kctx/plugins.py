@@ -13,7 +13,7 @@ from .. import events
 from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from .devices import scan_dev
-from .family import IOCTL_MODES
+from .family import IOCTL_MODES, MIN_SAMPLE_INTERVAL, sample_interval_ok
 from .ioctl_names import generic_name
 from .samplers import Nvml, ProcSampler
 
@@ -89,8 +89,9 @@ class CountersPlugin(RecorderPlugin):
         self.error: BaseException | None = None
 
     def preflight(self) -> None:
-        if self.interval < 0:
-            raise UserError("--sample-interval must be >= 0 (0 turns the samplers off)")
+        if not sample_interval_ok(self.interval):  # options built in code skip the CLI's check
+            raise UserError(f"--sample-interval {self.interval:g}: give a finite number of seconds, at least "
+                            f"{MIN_SAMPLE_INTERVAL:g} (0 turns the samplers off)")
 
     def header(self) -> dict:
         return {"sample_interval": self.interval}
