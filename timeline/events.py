@@ -12,14 +12,14 @@ import numpy as np
 # Ring ids (TL_RING_*)
 RING_SCHED = 1
 RING_PROC = 2
-MAX_RINGS = 8
+MAX_RINGS = 32    # ring ids are 1 .. MAX_RINGS - 1 (TL_MAX_RINGS)
 
 # Per-CPU loss counters (map "drops"): group offset + ring id (TL_DROP_*)
-DROP_FULL = 0      # records lost: the ring had no room
-DROP_REFUSED = 8   # records lost: reserve failed twice with room left
-DROP_RETRIED = 16  # reserves that failed with room left, then succeeded
-DROP_FILL = 24     # most bytes pending at a refusal (a maximum)
-DROP_SLOTS = 32
+DROP_FULL = 0 * MAX_RINGS     # records lost: the ring had no room
+DROP_REFUSED = 1 * MAX_RINGS  # records lost: reserve failed twice with room left
+DROP_RETRIED = 2 * MAX_RINGS  # reserves that failed with room left, then succeeded
+DROP_FILL = 3 * MAX_RINGS     # most bytes pending at a refusal (a maximum)
+DROP_SLOTS = 4 * MAX_RINGS
 
 # sched ring kinds / flags
 SCHED_SWITCH = 1

@@ -14,16 +14,18 @@
 #define TL_RING_SCHED 1
 #define TL_RING_PROC  2
 
-/* Ring ids are below this. */
-#define TL_MAX_RINGS 8
+/* Ring ids are 1 .. TL_MAX_RINGS - 1 (0 is no ring); each is claimed by one
+ * family (tests/test_family_registry.py refuses a collision).  Raising it
+ * only grows the drops map below. */
+#define TL_MAX_RINGS 32
 
 /* Per-CPU loss counters (map "drops", see tl_reserve in tracking.bpf.h):
  * four groups of TL_MAX_RINGS slots, indexed by group + ring id. */
-#define TL_DROP_FULL    0   /* records lost: the ring had no room */
-#define TL_DROP_REFUSED 8   /* records lost: reserve failed twice with room left */
-#define TL_DROP_RETRIED 16  /* reserves that failed with room left, then succeeded */
-#define TL_DROP_FILL    24  /* most bytes pending at a refusal (a maximum, not a count) */
-#define TL_DROP_SLOTS   32
+#define TL_DROP_FULL    (0 * TL_MAX_RINGS) /* records lost: the ring had no room */
+#define TL_DROP_REFUSED (1 * TL_MAX_RINGS) /* records lost: reserve failed twice with room left */
+#define TL_DROP_RETRIED (2 * TL_MAX_RINGS) /* reserves that failed with room left, then succeeded */
+#define TL_DROP_FILL    (3 * TL_MAX_RINGS) /* most bytes pending at a refusal (a maximum, not a count) */
+#define TL_DROP_SLOTS   (4 * TL_MAX_RINGS)
 
 /* ---- ring TL_RING_SCHED ---------------------------------------------- */
 #define TL_SCHED_SWITCH 1
