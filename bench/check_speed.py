@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from rawlog_factory import BOOT0, end_block, header  # noqa: E402
 from timeline import events as ev  # noqa: E402
 from timeline.rawlog import RawLogWriter  # noqa: E402
+from timeline.sched_records import (RING_SCHED, SCHED_EVENT, SCHED_SWITCH, SCHED_WAKING,  # noqa: E402
+                                    SF_NEXT_TRACKED, SF_PREV_TRACKED)
 
 MAIN, WORKERS, STEP_NS = 1000, (1100, 1200), 500_000
 
@@ -44,15 +46,15 @@ def sched_log(path: str, steps: int) -> int:
     wk = np.asarray(WORKERS, dtype=np.int64)[i % 2]
     cpu_w = 1 + i % 2
     n = steps * 5
-    a = np.zeros(n, ev.SCHED_EVENT)
+    a = np.zeros(n, SCHED_EVENT)
     run = 300_000 + (i * 7919) % 100_000  # main thread's compute per step, ns
     # (ts, cpu, kind, tid, target_tid, arg, flags)
     cols = [
-        (t, 0, ev.SCHED_SWITCH, MAIN, 0, 1, ev.SF_PREV_TRACKED),                       # main sleeps (S)
-        (t + 10_000, cpu_w, ev.SCHED_SWITCH, 0, wk, 0, ev.SF_NEXT_TRACKED),            # worker runs
-        (t + run - 20_000, cpu_w, ev.SCHED_WAKING, wk, MAIN, 0, 0),                    # batch ready
-        (t + run - 10_000, cpu_w, ev.SCHED_SWITCH, wk, 0, 1, ev.SF_PREV_TRACKED),      # worker sleeps
-        (t + run, 0, ev.SCHED_SWITCH, 0, MAIN, 0, ev.SF_NEXT_TRACKED),                 # main runs
+        (t, 0, SCHED_SWITCH, MAIN, 0, 1, SF_PREV_TRACKED),                       # main sleeps (S)
+        (t + 10_000, cpu_w, SCHED_SWITCH, 0, wk, 0, SF_NEXT_TRACKED),            # worker runs
+        (t + run - 20_000, cpu_w, SCHED_WAKING, wk, MAIN, 0, 0),                 # batch ready
+        (t + run - 10_000, cpu_w, SCHED_SWITCH, wk, 0, 1, SF_PREV_TRACKED),      # worker sleeps
+        (t + run, 0, SCHED_SWITCH, 0, MAIN, 0, SF_NEXT_TRACKED),                 # main runs
     ]
     for k, (ts, cpu, kind, tid, target, arg, flags) in enumerate(cols):
         sl = slice(k, n, 5)
@@ -61,7 +63,7 @@ def sched_log(path: str, steps: int) -> int:
     a["prio"] = 120
     a = a[np.argsort(a["ts"], kind="stable")]
     for s in range(0, n, 65536):
-        w.write_ring(ev.RING_SCHED, ev.encode_ring_bytes(a[s:s + 65536]))
+        w.write_ring(RING_SCHED, ev.encode_ring_bytes(a[s:s + 65536]))
     w.finish(end_block(drops_sched=[0] * 4, drops_proc=[0] * 4, stop_ts=int(t[-1] + STEP_NS)))
     w.close()
     return n

@@ -36,8 +36,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from timeline import events as ev  # noqa: E402
-from timeline import registry  # noqa: E402
+from timeline import registry, sched_records  # noqa: E402
 from timeline.converters import convert  # noqa: E402
+from timeline.cuda import records as cuda_records  # noqa: E402
 from timeline.rawlog import KIND_END, KIND_META, KIND_RING, RawLogReader, RawLogWriter  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,7 +63,7 @@ def replicate(src: str, dst: str, target: int) -> tuple[int, int]:
                 metas.append(blk.json())
             elif blk.kind == KIND_END:
                 end = blk.json()
-    sched = [(r, a) for r, a in rings if r == ev.RING_SCHED]
+    sched = [(r, a) for r, a in rings if r == sched_records.RING_SCHED]
     t0 = min(int(a["ts"].min()) for _, a in sched)
     t1 = max(int(a["ts"].max()) for _, a in sched)
     span = t1 - t0 + 1000
@@ -75,7 +76,7 @@ def replicate(src: str, dst: str, target: int) -> tuple[int, int]:
         for r, a in rings:  # first copy: everything, proc records included
             w.write_ring(r, ev.encode_ring_bytes(a))
             n += a.size
-            switches += int((a["kind"] == ev.SCHED_SWITCH).sum()) if r == ev.RING_SCHED else 0
+            switches += int((a["kind"] == sched_records.SCHED_SWITCH).sum()) if r == sched_records.RING_SCHED else 0
         while n < target:
             rep += 1
             for _, a in sched:
@@ -83,9 +84,9 @@ def replicate(src: str, dst: str, target: int) -> tuple[int, int]:
                 b["ts"] += rep * span
                 if n + b.size > target:
                     b = b[: target - n]
-                w.write_ring(ev.RING_SCHED, ev.encode_ring_bytes(b))
+                w.write_ring(sched_records.RING_SCHED, ev.encode_ring_bytes(b))
                 n += b.size
-                switches += int((b["kind"] == ev.SCHED_SWITCH).sum())
+                switches += int((b["kind"] == sched_records.SCHED_SWITCH).sum())
                 if n >= target:
                     break
         if end is not None:
@@ -118,9 +119,9 @@ def replicate_cuda(src: str, dst: str, target: int, block: int) -> int:
         for blk in blocks:
             if blk.kind == KIND_RING:
                 w.write_ring(blk.ring, bytes(blk.payload))
-                if blk.ring == ev.RING_CUDA:
-                    a = ev.decode_ring_bytes(blk.payload, ev.CUDA_EVENT)
-                    calls.append(a[a["kind"] != ev.CUDA_NAME])
+                if blk.ring == cuda_records.RING_CUDA:
+                    a = ev.decode_ring_bytes(blk.payload, cuda_records.CUDA_EVENT)
+                    calls.append(a[a["kind"] != cuda_records.CUDA_NAME])
             elif blk.kind == KIND_META:
                 w.write_meta(blk.json())
             elif blk.kind == KIND_END:
@@ -134,7 +135,7 @@ def replicate_cuda(src: str, dst: str, target: int, block: int) -> int:
             idx = np.arange(s, min(s + block, reps * seed.size, target - n + s))
             b = seed[idx % seed.size]
             b["ts"] += (idx // seed.size + 1).astype(np.uint64) * np.uint64(span)
-            w.write_ring(ev.RING_CUDA, ev.encode_ring_bytes(b))
+            w.write_ring(cuda_records.RING_CUDA, ev.encode_ring_bytes(b))
             n += b.size
             if n >= target:
                 break

@@ -150,8 +150,9 @@ def consumer_copy_rate() -> float:
 
     import numpy as np
 
-    from timeline.events import SCHED_EVENT, ring_stride
+    from timeline.events import ring_stride
     from timeline.ring_reader import RingReader
+    from timeline.sched_records import SCHED_EVENT
 
     page, size = mmap.PAGESIZE, 16 << 20
     stride = ring_stride(SCHED_EVENT)

@@ -26,6 +26,7 @@ from rawlog_factory import BOOT0, LogBuilder, end_block  # noqa: E402
 
 from timeline import events as ev  # noqa: E402
 from timeline.converters import call_links, convert  # noqa: E402
+from timeline.cuda import records as cuda_records  # noqa: E402
 from timeline.cuda.converter import CudaConverter  # noqa: E402
 from timeline.cuda.probes import BY_NAME, table_meta  # noqa: E402
 from timeline.gpu import records as R  # noqa: E402
@@ -41,11 +42,11 @@ def build(path: str, n: int) -> tuple[int, int]:
     t = BOOT0 + 1_000_000 + np.arange(n, dtype=np.int64) * 10_000       # a launch every 10 us
     copy = (np.arange(n) % 10) == 9
     tid = np.where(np.arange(n) % 3 == 0, PID + 1, PID)
-    calls = np.zeros(n, ev.CUDA_EVENT)
+    calls = np.zeros(n, cuda_records.CUDA_EVENT)
     launch, memcpy = BY_NAME["cudaLaunchKernel"], BY_NAME["cudaMemcpyAsync"]
     calls["cookie"] = np.where(copy, memcpy.cookie(), launch.cookie())
     calls["ts"], calls["dur"], calls["tid"], calls["tgid"] = t, 4_000, tid, PID
-    calls["kind"], calls["flags"] = ev.CUDA_CALL, ev.CF_HAS_RET
+    calls["kind"], calls["flags"] = cuda_records.CUDA_CALL, cuda_records.CF_HAS_RET
     calls["args"][:, 2] = np.where(copy, 1 << 20, 0)
     calls["args"][:, 3] = np.where(copy, 1, 0)
     corr = np.arange(1, n + 1, dtype=np.uint32)
@@ -80,7 +81,7 @@ def build(path: str, n: int) -> tuple[int, int]:
     strings["100"] = "train_step"
     b.blocks.append(("meta", {"type": "gpu_strings", "pid": PID, "strings": strings}))
     for i in range(0, n, BLOCK):
-        b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(calls[i:i + BLOCK]))))
+        b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(calls[i:i + BLOCK]))))
         lo, hi = np.searchsorted(gpu["start"], [t[i], t[min(i + BLOCK, n) - 1] + 1])
         for j in range(lo, hi, BLOCK):
             b.blocks.append(("ring", (R.RING_GPU, ev.encode_ring_bytes(gpu[j:min(j + BLOCK, hi)]))))

@@ -28,6 +28,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 from timeline import events as ev  # noqa: E402
+from timeline import sched_records  # noqa: E402
 from timeline.rawlog import KIND_END, KIND_META, KIND_RING, RawLogReader, RawLogWriter  # noqa: E402
 
 WORKLOADS = {"demo": [os.path.join(REPO, "examples", "train_cpu.py"), "--steps", "30"],
@@ -49,9 +50,9 @@ def without_left_idle(raw: str, out: str) -> None:
                 w.write_meta(blk.json())
             elif blk.kind == KIND_RING:
                 payload = blk.payload
-                if blk.ring == ev.RING_SCHED:
-                    recs = ev.decode_ring_bytes(payload, ev.SCHED_EVENT)
-                    keep = recs[(recs["flags"] & ev.SF_LEFT_IDLE) == 0]
+                if blk.ring == sched_records.RING_SCHED:
+                    recs = ev.decode_ring_bytes(payload, sched_records.SCHED_EVENT)
+                    keep = recs[(recs["flags"] & sched_records.SF_LEFT_IDLE) == 0]
                     payload = ev.encode_ring_bytes(keep)
                 w.write_ring(blk.ring, payload)
             elif blk.kind == KIND_END:
@@ -75,13 +76,13 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "timeline.cli", "record", "--raw-only", "-e", "sched", "-o", raw, "--",
                     sys.executable, *WORKLOADS[args.workload]], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     with RawLogReader(raw) as rd:
-        recs = np.concatenate([ev.decode_ring_bytes(b.payload, ev.SCHED_EVENT) for b in rd.blocks()
-                               if b.kind == KIND_RING and b.ring == ev.RING_SCHED])
-    sw = recs[recs["kind"] == ev.SCHED_SWITCH]
+        recs = np.concatenate([ev.decode_ring_bytes(b.payload, sched_records.SCHED_EVENT) for b in rd.blocks()
+                               if b.kind == KIND_RING and b.ring == sched_records.RING_SCHED])
+    sw = recs[recs["kind"] == sched_records.SCHED_SWITCH]
     f = sw["flags"]
-    left_idle = int(((f & ev.SF_LEFT_IDLE) != 0).sum())
+    left_idle = int(((f & sched_records.SF_LEFT_IDLE) != 0).sum())
     recorded = sw.size - left_idle
-    to_idle = int((((f & ev.SF_PREV_TRACKED) != 0) & (sw["target_tid"] == 0)).sum())
+    to_idle = int((((f & sched_records.SF_PREV_TRACKED) != 0) & (sw["target_tid"] == 0)).sum())
     old = os.path.join(d, "baseline")
     os.makedirs(old)
     arch = subprocess.run(["git", "archive", args.baseline, "timeline"], cwd=REPO, check=True,
@@ -91,7 +92,7 @@ def main() -> None:
     without_left_idle(raw, before_raw)
     before = convert_with(old, before_raw, os.path.join(d, "before.pftrace"))
     after = convert_with(REPO, raw, os.path.join(d, "after.pftrace"))
-    rec_size = ev.SCHED_EVENT.itemsize
+    rec_size = sched_records.SCHED_EVENT.itemsize
     print(f"workload {args.workload}: {recorded:,} recorded switches, {to_idle:,} of them to idle, "
           f"{left_idle:,} LEFT_IDLE records added ({left_idle / max(recorded, 1):.2%} more switch records; "
           f"{left_idle / max(to_idle, 1):.1%} of switches to idle are followed by one)")

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from timeline import events, registry
+from timeline import events, proc_records, registry, sched_records
 from timeline.rawlog import KIND_META, KIND_RING, RawLogReader
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +45,7 @@ def read_raw(path: str) -> dict:
                 out["end"] = blk.json()
         out["damage"], out["finalized"] = r.damage, r.finalized
     for name in ("sched", "proc"):
-        dtype = events.SCHED_EVENT if name == "sched" else events.PROC_EVENT
+        dtype = sched_records.SCHED_EVENT if name == "sched" else proc_records.PROC_EVENT
         out[name] = np.concatenate(out[name]) if out[name] else np.zeros(0, dtype)
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from timeline import events as ev
+from timeline import proc_records, sched_records
 from timeline.rawlog import RawLogWriter
 
 BOOT0 = 1_000_000_000_000  # boottime of the header clock snapshot, ns
@@ -20,10 +21,9 @@ def header(ncpu: int = 2, mode: str = "launch", target_pid: int = 1000, recorder
                   "monotonic_ns": BOOT0 - 5_000_000},
         "uname": dict(UNAME),
         "ncpu": ncpu,
-        "rings": {str(ev.RING_SCHED): {"name": "sched", "record_size": ev.SCHED_EVENT.itemsize,
-                                       "stride": ev.ring_stride(ev.SCHED_EVENT)},
-                  str(ev.RING_PROC): {"name": "proc", "record_size": ev.PROC_EVENT.itemsize,
-                                      "stride": ev.ring_stride(ev.PROC_EVENT)}},
+        "rings": {str(rid): {"name": name, "record_size": dtype.itemsize, "stride": ev.ring_stride(dtype)}
+                  for rid, name, dtype in ((sched_records.RING_SCHED, "sched", sched_records.SCHED_EVENT),
+                                           (proc_records.RING_PROC, "proc", proc_records.PROC_EVENT))},
         "mode": mode,
         "command": list(command) if command and mode == "launch" else None,
         "target_pid": target_pid,
@@ -50,16 +50,17 @@ class LogBuilder:
     def switch(self, ts, cpu, prev, nxt, prev_state=0, prio=120, prev_tracked=True, next_tracked=True,
                left_idle=False):
         """left_idle: the recorder's one record of an idle CPU starting an untracked task."""
-        flags = (ev.SF_PREV_TRACKED if prev_tracked else 0) | (ev.SF_NEXT_TRACKED if next_tracked else 0)
+        flags = ((sched_records.SF_PREV_TRACKED if prev_tracked else 0)
+                 | (sched_records.SF_NEXT_TRACKED if next_tracked else 0))
         if left_idle:
             assert prev == 0 and not prev_tracked and not next_tracked
-            flags = ev.SF_LEFT_IDLE
-        self._sched.append((ts, prev, nxt, prev_state, prio, cpu, ev.SCHED_SWITCH, flags))
+            flags = sched_records.SF_LEFT_IDLE
+        self._sched.append((ts, prev, nxt, prev_state, prio, cpu, sched_records.SCHED_SWITCH, flags))
         return self
 
     def waking(self, ts, cpu, waker, woken, target_cpu, prio=120, new=False):
-        self._sched.append((ts, waker, woken, target_cpu, prio, cpu, ev.SCHED_WAKING,
-                            ev.SF_WAKEUP_NEW if new else 0))
+        self._sched.append((ts, waker, woken, target_cpu, prio, cpu, sched_records.SCHED_WAKING,
+                            sched_records.SF_WAKEUP_NEW if new else 0))
         return self
 
     # -- proc
@@ -69,21 +70,22 @@ class LogBuilder:
 
     def fork(self, ts, cpu, parent, parent_tgid, child, child_tgid, comm, parent_comm,
              thread=False, launched=False):
-        flags = (ev.PF_THREAD if thread else 0) | (ev.PF_LAUNCHED if launched else 0)
-        return self._p(ts=ts, cpu=cpu, kind=ev.PROC_FORK, flags=flags, tid=parent, tgid=parent_tgid,
+        flags = (proc_records.PF_THREAD if thread else 0) | (proc_records.PF_LAUNCHED if launched else 0)
+        return self._p(ts=ts, cpu=cpu, kind=proc_records.PROC_FORK, flags=flags, tid=parent, tgid=parent_tgid,
                        child_tid=child, child_tgid=child_tgid, comm=comm, old_comm=parent_comm)
 
     def exec(self, ts, cpu, pid, comm, argv, old_pid=None):
-        data = b"".join(a.encode() + b"\0" for a in argv)[: ev.PROC_DATA_LEN]
-        return self._p(ts=ts, cpu=cpu, kind=ev.PROC_EXEC, flags=0, tid=pid, tgid=pid,
+        data = b"".join(a.encode() + b"\0" for a in argv)[: proc_records.PROC_DATA_LEN]
+        return self._p(ts=ts, cpu=cpu, kind=proc_records.PROC_EXEC, flags=0, tid=pid, tgid=pid,
                        child_tid=old_pid if old_pid is not None else pid, comm=comm, data=data)
 
     def exit(self, ts, cpu, tid, tgid, comm, code=0, group_dead=False):
-        return self._p(ts=ts, cpu=cpu, kind=ev.PROC_EXIT, flags=ev.PF_GROUP_DEAD if group_dead else 0,
+        return self._p(ts=ts, cpu=cpu, kind=proc_records.PROC_EXIT,
+                       flags=proc_records.PF_GROUP_DEAD if group_dead else 0,
                        tid=tid, tgid=tgid, exit_code=code, comm=comm)
 
     def rename(self, ts, cpu, tid, tgid, old, new):
-        return self._p(ts=ts, cpu=cpu, kind=ev.PROC_RENAME, flags=0, tid=tid, tgid=tgid,
+        return self._p(ts=ts, cpu=cpu, kind=proc_records.PROC_RENAME, flags=0, tid=tid, tgid=tgid,
                        comm=new, old_comm=old)
 
     def procs(self, ts, processes):
@@ -95,14 +97,14 @@ class LogBuilder:
     def flush(self):
         if self._sched:
             a = sched_array(self._sched)
-            self.blocks.append(("ring", (ev.RING_SCHED, ev.encode_ring_bytes(a))))
+            self.blocks.append(("ring", (sched_records.RING_SCHED, ev.encode_ring_bytes(a))))
             self._sched = []
         if self._proc:
-            a = np.zeros(len(self._proc), ev.PROC_EVENT)
+            a = np.zeros(len(self._proc), proc_records.PROC_EVENT)
             for i, kw in enumerate(self._proc):
                 for k, v in kw.items():
                     if k == "data":
-                        raw = np.zeros(ev.PROC_DATA_LEN, np.uint8)
+                        raw = np.zeros(proc_records.PROC_DATA_LEN, np.uint8)
                         raw[: len(v)] = np.frombuffer(v, np.uint8)
                         a[i]["data"] = raw.tobytes()
                         a[i]["data_len"] = len(v)
@@ -110,7 +112,7 @@ class LogBuilder:
                         a[i][k] = v.encode()[:15]
                     else:
                         a[i][k] = v
-            self.blocks.append(("ring", (ev.RING_PROC, ev.encode_ring_bytes(a))))
+            self.blocks.append(("ring", (proc_records.RING_PROC, ev.encode_ring_bytes(a))))
             self._proc = []
         return self
 
@@ -132,7 +134,7 @@ class LogBuilder:
 
 
 def sched_array(rows) -> np.ndarray:
-    a = np.zeros(len(rows), ev.SCHED_EVENT)
+    a = np.zeros(len(rows), sched_records.SCHED_EVENT)
     if rows:
         cols = list(zip(*rows))
         for name, col in zip(("ts", "tid", "target_tid", "arg", "prio", "cpu", "kind", "flags"), cols):
@@ -164,21 +166,21 @@ def many_switches(path, n: int, ncpu: int = 4, block: int = 65536, threads: int 
         rng = np.random.default_rng(1)
         while done < n:
             k = min(block, n - done)
-            a = np.zeros(k, ev.SCHED_EVENT)
+            a = np.zeros(k, sched_records.SCHED_EVENT)
             idx = np.arange(done, done + k)
             a["cpu"] = idx % ncpu
             a["ts"] = BOOT0 + 1000 + idx * 2000 + rng.integers(0, 900, k)
-            a["kind"] = ev.SCHED_SWITCH
+            a["kind"] = sched_records.SCHED_SWITCH
             # per cpu: alternate tracked thread -> idle -> tracked thread ...
             step = idx // ncpu
             t = tids[((step + 1) // 2 + idx % ncpu) % threads]  # keeps each CPU's chain intact
             running_other = step % 2 == 1
             a["tid"] = np.where(running_other, 0, t)
             a["target_tid"] = np.where(running_other, t, 0)
-            a["flags"] = np.where(running_other, ev.SF_NEXT_TRACKED, ev.SF_PREV_TRACKED)
+            a["flags"] = np.where(running_other, sched_records.SF_NEXT_TRACKED, sched_records.SF_PREV_TRACKED)
             a["arg"] = np.where(running_other, 0, 1)
             a["prio"] = 120
-            w.write_ring(ev.RING_SCHED, ev.encode_ring_bytes(a))
+            w.write_ring(sched_records.RING_SCHED, ev.encode_ring_bytes(a))
             done += k
         w.finish(end_block(drops_sched=[0] * ncpu, drops_proc=[0] * ncpu,
                            stop_ts=int(BOOT0 + 1000 + n * 2000 + 1000)))

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from timeline import events as ev
+from timeline.kctx import block_records
 from timeline.kctx.convert_block import rwbs
 from timeline.trace_processor import open_trace
 from helpers import require_root, timeline_cmd
@@ -12,9 +12,9 @@ from helpers import require_root, timeline_cmd
 
 def test_rwbs():
     assert rwbs(0, 0) == "R"
-    assert rwbs(0, ev.BF_RAHEAD) == "RA"
-    assert rwbs(1, ev.BF_SYNC | ev.BF_FUA) == "WFS"
-    assert rwbs(2, ev.BF_PREFLUSH) == "FF"
+    assert rwbs(0, block_records.BF_RAHEAD) == "RA"
+    assert rwbs(1, block_records.BF_SYNC | block_records.BF_FUA) == "WFS"
+    assert rwbs(2, block_records.BF_PREFLUSH) == "FF"
     assert rwbs(3, 0) == "D"
     assert rwbs(9, 0) == "N"
 

@@ -4,7 +4,7 @@ import textwrap
 
 import numpy as np
 
-from timeline import events
+from timeline import events, proc_records, sched_records
 from timeline.capture import CaptureWindow
 from timeline.trace_processor import open_trace
 from helpers import read_raw, require_root, timeline_cmd
@@ -25,16 +25,16 @@ WORKLOAD = textwrap.dedent("""
 
 
 def test_window_keeps_proc_whole_and_others_from_start():
-    sched = np.zeros(6, events.SCHED_EVENT)
+    sched = np.zeros(6, sched_records.SCHED_EVENT)
     sched["ts"] = [10, 20, 30, 40, 50, 60]
-    proc = np.zeros(3, events.PROC_EVENT)
+    proc = np.zeros(3, proc_records.PROC_EVENT)
     proc["ts"] = [5, 35, 70]
     w = CaptureWindow(35)
-    kept = events.decode_ring_bytes(w.keep(events.RING_SCHED, events.encode_ring_bytes(sched),
-                                           events.ring_stride(events.SCHED_EVENT)), events.SCHED_EVENT)
+    kept = events.decode_ring_bytes(w.keep(sched_records.RING_SCHED, events.encode_ring_bytes(sched),
+                                           events.ring_stride(sched_records.SCHED_EVENT)), sched_records.SCHED_EVENT)
     assert list(kept["ts"]) == [40, 50, 60]
     raw = events.encode_ring_bytes(proc)
-    assert w.keep(events.RING_PROC, raw, events.ring_stride(events.PROC_EVENT)) == raw
+    assert w.keep(proc_records.RING_PROC, raw, events.ring_stride(proc_records.PROC_EVENT)) == raw
 
 
 def test_delay_starts_late_but_knows_every_thread(tmp_path):
@@ -48,7 +48,7 @@ def test_delay_starts_late_but_knows_every_thread(tmp_path):
     sched, proc = raw["sched"], raw["proc"]
     assert sched.size and int(sched["ts"].min()) >= start
     # the threads were born and named before recording began, and still are known
-    renames = proc[proc["kind"] == events.PROC_RENAME]
+    renames = proc[proc["kind"] == proc_records.PROC_RENAME]
     assert sum(int(t) < start for t in renames["ts"]) >= 4
     assert int(sched["ts"].max()) - start > 1e9  # ~1.5 s recorded after the delay
     with open_trace(out) as tp:
@@ -68,10 +68,10 @@ def test_toggle_intervals():
     assert w.toggle(60)  # SIGUSR1 before the delay ends: start now
     assert w.is_on(70) and not w.toggle(80) and not w.is_on(90)
     assert w.toggle(120) and w.is_on(10**12)
-    sched = np.zeros(5, events.SCHED_EVENT)
+    sched = np.zeros(5, sched_records.SCHED_EVENT)
     sched["ts"] = [55, 65, 85, 119, 130]
-    kept = events.decode_ring_bytes(w.keep(events.RING_SCHED, events.encode_ring_bytes(sched),
-                                           events.ring_stride(events.SCHED_EVENT)), events.SCHED_EVENT)
+    kept = events.decode_ring_bytes(w.keep(sched_records.RING_SCHED, events.encode_ring_bytes(sched),
+                                           events.ring_stride(sched_records.SCHED_EVENT)), sched_records.SCHED_EVENT)
     assert list(kept["ts"]) == [65, 130]
 
 

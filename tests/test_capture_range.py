@@ -6,7 +6,8 @@ import sys
 import textwrap
 
 from helpers import REPO, read_raw, require_root, timeline_cmd
-from timeline import events
+from timeline import events, proc_records
+from timeline.cuda import records as cuda_records
 from timeline.trace_processor import open_trace
 
 sys.path.insert(0, os.path.join(REPO, "tests"))
@@ -59,7 +60,7 @@ def test_profiler_api_bounds_the_recording(tmp_path):
     sched = log["sched"]
     inside = ((sched["ts"] >= a) & (sched["ts"] < b)) | ((sched["ts"] >= c) & (sched["ts"] < d))
     assert len(sched) and inside.all()
-    assert len(log["proc"][log["proc"]["kind"] == events.PROC_EXEC]) >= 1  # the tree is whole
+    assert len(log["proc"][log["proc"]["kind"] == proc_records.PROC_EXEC]) >= 1  # the tree is whole
 
 
 def test_capture_range_needs_the_cuda_family(tmp_path):
@@ -82,22 +83,22 @@ def test_bookkeeping_records_are_kept_outside_the_window():
     from timeline.cuda.plugin import CudaPlugin
     from timeline.cuda.probes import BY_NAME
 
-    recs = np.zeros(4, events.CUDA_EVENT)
+    recs = np.zeros(4, cuda_records.CUDA_EVENT)
     recs["ts"] = [100, 200, 300, 400]
-    recs["kind"] = events.CUDA_CALL
+    recs["kind"] = cuda_records.CUDA_CALL
     recs["cookie"] = [BY_NAME["__cudaRegisterFunction"].cookie(), BY_NAME["cudaLaunchKernel"].cookie(),
                       BY_NAME["cudaProfilerStart"].cookie(), BY_NAME["cudaLaunchKernel"].cookie()]
     data = events.encode_ring_bytes(recs)
-    stride = events.ring_stride(events.CUDA_EVENT)
+    stride = events.ring_stride(cuda_records.CUDA_EVENT)
     plugin = CudaPlugin(None, CudaOptions(capture_range="cudaProfilerApi"))
     from timeline.capture import as_rows
-    marks = plugin.capture_marks(events.RING_CUDA, as_rows(data, stride))
+    marks = plugin.capture_marks(cuda_records.RING_CUDA, as_rows(data, stride))
     assert marks == [(300, True)]
     window = CaptureWindow(NEVER)
     for ts, on in marks:
         window.set_on(ts) if on else window.set_off(ts)
-    kept = events.decode_ring_bytes(window.keep(events.RING_CUDA, data, stride, plugin.always_keep),
-                                    events.CUDA_EVENT)
+    kept = events.decode_ring_bytes(window.keep(cuda_records.RING_CUDA, data, stride, plugin.always_keep),
+                                    cuda_records.CUDA_EVENT)
     assert kept["ts"].tolist() == [100, 300, 400]  # the registration, then the range
 
 

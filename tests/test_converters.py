@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from rawlog_factory import BOOT0, T, LogBuilder, end_block, many_switches, scenario  # noqa: E402
 
-from timeline import events as ev  # noqa: E402
+from timeline import proc_records, sched_records  # noqa: E402
 from timeline.converters import ConvertResult, convert, format_for  # noqa: E402
 from timeline.converters.chrome.writer import JSON_IDLE_TID, state_str  # noqa: E402
 from timeline.converters.model import OUTSIDE_TID  # noqa: E402
@@ -405,8 +405,8 @@ def test_throughput_1m(tmp_path):
 
 def test_event_dtypes_unchanged():
     # the converters index these fields by name; fail loudly if the layout moves
-    assert set(ev.SCHED_EVENT.names) >= {"ts", "tid", "target_tid", "arg", "prio", "cpu", "kind", "flags"}
-    assert set(ev.PROC_EVENT.names) >= {"child_tid", "child_tgid", "exit_code", "comm", "old_comm", "data"}
+    assert set(sched_records.SCHED_EVENT.names) >= {"ts", "tid", "target_tid", "arg", "prio", "cpu", "kind", "flags"}
+    assert set(proc_records.PROC_EVENT.names) >= {"child_tid", "child_tgid", "exit_code", "comm", "old_comm", "data"}
 
 
 def test_both_writers_offer_the_trace_writer_interface(tmp_path):

@@ -23,6 +23,7 @@ from timeline.converters import convert
 from timeline.converters.chrome.sink import ChromeTrackSink
 from timeline.converters.interface import TrackSink
 from timeline.converters.perfetto.sink import PerfettoTrackSink
+from timeline.cuda import records as cuda_records
 from timeline.cuda.decode import decode_group
 from timeline.cuda.converter import BOOKKEEPING
 from timeline.cuda.probes import BY_NAME, CATEGORY, PROBES, table_meta
@@ -66,15 +67,16 @@ class Synth:
         self.stubs = [LIB_BASE + add, LIB_BASE + add + 4, 0x1234]  # named, name+0x4, unmapped
 
     def record(self, p, pid, tid, args, ret=0, out=0, entry=False) -> np.ndarray:
-        r = np.zeros(1, ev.CUDA_EVENT)
+        r = np.zeros(1, cuda_records.CUDA_EVENT)
         r["args"][0, :len(args)] = [a & ((1 << 64) - 1) for a in args]
         r["cookie"], r["tid"], r["tgid"], r["cpu"] = p.cookie(), tid, pid, self.rng.randrange(2)
         self.ts += self.rng.randrange(2_000, 20_000)
         r["ts"] = self.ts
         if entry:
-            r["kind"], r["flags"] = ev.CUDA_ENTRY, 0
+            r["kind"], r["flags"] = cuda_records.CUDA_ENTRY, 0
         else:
-            r["kind"], r["flags"] = ev.CUDA_CALL, ev.CF_HAS_RET | (ev.CF_OUT if p.out is not None and out else 0)
+            r["kind"] = cuda_records.CUDA_CALL
+            r["flags"] = cuda_records.CF_HAS_RET | (cuda_records.CF_OUT if p.out is not None and out else 0)
             r["dur"], r["ret"], r["out"] = self.rng.randrange(0, 1_500), ret & 0xFFFFFFFF, out
             self.ts += int(r["dur"][0])
         self.recs.append(r)
@@ -129,11 +131,12 @@ class Synth:
             name = f"triton_kernel_{len(self.handles)}"
             if ret == 0 and readable:
                 self.handles[(pid, out)] = name
-                n = np.zeros(1, ev.CUDA_EVENT)
+                n = np.zeros(1, cuda_records.CUDA_EVENT)
                 raw = np.zeros(72, np.uint8)
                 raw[:len(name)] = np.frombuffer(name.encode(), np.uint8)
                 n["args"][0] = raw.view("<u8")
-                n["kind"], n["flags"], n["cookie"], n["out"] = ev.CUDA_NAME, ev.CF_OUT, p.cookie(), out
+                n["kind"], n["flags"] = cuda_records.CUDA_NAME, cuda_records.CF_OUT
+                n["cookie"], n["out"] = p.cookie(), out
                 n["tid"], n["tgid"], n["ts"] = tid, pid, self.ts
                 self.names.append(n)
         entry = p.launch and rng.random() < 0.2
@@ -150,7 +153,7 @@ class Synth:
         live: dict[tuple[str, int, int], int] = {}
         rows = []
         for r in sorted(self.recs, key=lambda r: int(r["ts"][0])):
-            p = PROBES[int(r["cookie"][0]) & ev.CK_ID_MASK]
+            p = PROBES[int(r["cookie"][0]) & cuda_records.CK_ID_MASK]
             (args,) = decode_group(p, r)
             pid, tid, a = int(r["tgid"][0]), int(r["tid"][0]), [int(x) for x in r["args"][0]]
             ok = args.get("ret", 0) == 0
@@ -183,17 +186,18 @@ class Synth:
     def write(self, path: str, block_sizes) -> str:
         b = LogBuilder()
         b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
-        b.header["rings"][str(ev.RING_CUDA)] = {"name": "cuda", "record_size": ev.CUDA_EVENT.itemsize,
-                                               "stride": ev.ring_stride(ev.CUDA_EVENT)}
+        dtype = cuda_records.CUDA_EVENT
+        b.header["rings"][str(cuda_records.RING_CUDA)] = {"name": "cuda", "record_size": dtype.itemsize,
+                                                          "stride": ev.ring_stride(dtype)}
         for m in self.maps:
             b.blocks.append(("meta", m))
         if self.names:
-            b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(np.concatenate(self.names)))))
+            b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(np.concatenate(self.names)))))
         recs = np.concatenate(self.recs)
         i = 0
         while i < recs.size:
             n = self.rng.choice(block_sizes)
-            b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(recs[i:i + n]))))
+            b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(recs[i:i + n]))))
             i += n
         return b.write(path)
 

@@ -10,6 +10,7 @@ from elftools.elf.elffile import ELFFile
 from timeline import events as ev
 from timeline.converters import convert
 from timeline.cuda import discovery as dsc
+from timeline.cuda import records as cuda_records
 from timeline.cuda.decode import decode_group
 from timeline.cuda.probes import BY_NAME, PROBES, table_meta
 from timeline.cuda.symbols import ElfSymbols, demangle
@@ -22,21 +23,21 @@ def test_cookies_carry_id_and_what_to_copy():
     assert len({p.name for p in PROBES}) == len(PROBES)
     for p in PROBES:
         ck = p.cookie()
-        assert ck & ev.CK_ID_MASK == p.id and PROBES[p.id] is p
+        assert ck & cuda_records.CK_ID_MASK == p.id and PROBES[p.id] is p
         slots = [s for _, s, _ in p.fields if isinstance(s, int)]
         # stack slots 6-8 are only there when the cookie asks for them
         if any(s >= 6 for s in slots) and not p.config:
-            assert ck & ev.CK_STACK, p.name
-        assert bool(ck & ev.CK_RUNTIME) == (p.api == "runtime")
-        assert bool(ck & ev.CK_LAUNCH) == p.launch
+            assert ck & cuda_records.CK_STACK, p.name
+        assert bool(ck & cuda_records.CK_RUNTIME) == (p.api == "runtime")
+        assert bool(ck & cuda_records.CK_LAUNCH) == p.launch
         if p.out is not None:
-            assert (ck >> ev.CK_OUT_SHIFT) & 15 == p.out + 1
-    assert BY_NAME["cuModuleGetFunction"].cookie() & ev.CK_DRIVER == 0  # never dropped as nested
-    assert BY_NAME["cuLaunchKernel"].cookie() & ev.CK_DRIVER
+            assert (ck >> cuda_records.CK_OUT_SHIFT) & 15 == p.out + 1
+    assert BY_NAME["cuModuleGetFunction"].cookie() & cuda_records.CK_DRIVER == 0  # never dropped as nested
+    assert BY_NAME["cuLaunchKernel"].cookie() & cuda_records.CK_DRIVER
 
 
-def _recs(name, rows, kind=ev.CUDA_CALL, ret=0, out=0, flags=ev.CF_HAS_RET):
-    r = np.zeros(len(rows), ev.CUDA_EVENT)
+def _recs(name, rows, kind=cuda_records.CUDA_CALL, ret=0, out=0, flags=cuda_records.CF_HAS_RET):
+    r = np.zeros(len(rows), cuda_records.CUDA_EVENT)
     for i, args in enumerate(rows):
         r["args"][i, :len(args)] = args
     r["cookie"], r["kind"], r["ret"], r["out"], r["flags"] = BY_NAME[name].cookie(), kind, ret, out, flags
@@ -54,13 +55,14 @@ def test_launch_geometry_all_three_layouts():
     assert (b["grid"], b["block"], b["shmem"], b["stream"]) == ("5,6,7", "8,9,10", 2048, "0xcd")
     # cuLaunchKernel: nine scalars, blockDimZ/shmem/stream on the stack; entry-only: no ret
     (c,) = decode_group(BY_NAME["cuLaunchKernel"], _recs("cuLaunchKernel", [[0xF, 1, 2, 3, 4, 5, 6, 1 << 32 | 99, 0x5]],
-                                                           kind=ev.CUDA_ENTRY, flags=0))
+                                                           kind=cuda_records.CUDA_ENTRY, flags=0))
     assert (c["grid"], c["block"], c["shmem"], c["stream"]) == ("1,2,3", "4,5,6", 99, "0x5") and "ret" not in c
 
 
 def test_results_only_from_successful_calls():
+    flags = cuda_records.CF_HAS_RET | cuda_records.CF_OUT
     ok, bad = (decode_group(BY_NAME["cudaMalloc"], _recs("cudaMalloc", [[0x7FF0, 1 << 20]], ret=r, out=0xDEAD,
-                                                         flags=ev.CF_HAS_RET | ev.CF_OUT))[0] for r in (0, 2))
+                                                         flags=flags))[0] for r in (0, 2))
     assert ok == {"size": 1 << 20, "ptr": "0xdead", "ret": 0}
     assert bad == {"size": 1 << 20, "ret": 2, "error": "cudaErrorMemoryAllocation"}
     (n,) = decode_group(BY_NAME["ncclAllReduce"], _recs("ncclAllReduce", [[1, 2, 10, 9, 4, 0xC, 0x5]]))
@@ -146,12 +148,12 @@ def test_vmlib_grows_when_a_process_dlopens_a_library(tmp_path, standins):
 def test_counters_and_flows_from_a_synthetic_log(tmp_path, standins):
     b = LogBuilder()
     b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
-    b.header["rings"][str(ev.RING_CUDA)] = {"name": "cuda", "record_size": ev.CUDA_EVENT.itemsize,
-                                           "stride": ev.ring_stride(ev.CUDA_EVENT)}
+    b.header["rings"][str(cuda_records.RING_CUDA)] = {"name": "cuda", "record_size": cuda_records.CUDA_EVENT.itemsize,
+                                                      "stride": ev.ring_stride(cuda_records.CUDA_EVENT)}
     pid = 1000
 
     def call(name, ts, args, ret=0, out=0):
-        r = _recs(name, [args], ret=ret, out=out, flags=ev.CF_HAS_RET | (ev.CF_OUT if out else 0))
+        r = _recs(name, [args], ret=ret, out=out, flags=cuda_records.CF_HAS_RET | (cuda_records.CF_OUT if out else 0))
         r["ts"], r["dur"], r["tid"], r["tgid"] = BOOT0 + ts, 1000, pid, pid
         return r
     recs = [call("cudaMalloc", 10_000, [0x7F00, 100], out=0xA),        # +100
@@ -166,7 +168,7 @@ def test_counters_and_flows_from_a_synthetic_log(tmp_path, standins):
             call("cudaGraphInstantiate", 100_000, [0x7F18, 0x6A, 0], out=0x6B),
             call("cudaGraphLaunch", 110_000, [0x6B, 0x5]),
             call("cudaGraphLaunch", 120_000, [0x6C, 0x5])]             # another exec: no flow
-    b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(np.concatenate(recs)))))
+    b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(np.concatenate(recs)))))
     raw = b.write(str(tmp_path / "syn.tlraw"))
     out = str(tmp_path / "syn.pftrace")
     convert(raw, out)
@@ -193,8 +195,8 @@ def test_kernel_names_from_registration_handles_and_mapped_strings(tmp_path):
     back whole from the mapped library file."""
     b = LogBuilder()
     b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
-    b.header["rings"][str(ev.RING_CUDA)] = {"name": "cuda", "record_size": ev.CUDA_EVENT.itemsize,
-                                           "stride": ev.ring_stride(ev.CUDA_EVENT)}
+    b.header["rings"][str(cuda_records.RING_CUDA)] = {"name": "cuda", "record_size": cuda_records.CUDA_EVENT.itemsize,
+                                                      "stride": ev.ring_stride(cuda_records.CUDA_EVENT)}
     pid = 1000
     reg_name = b"_Z29vectorized_elementwise_kernelILi4EN2at6native11FillFunctorIfEEEviT0_"
     long_name = b"sm80_xmma_wgrad_implicit_gemm_indexed_wo_smem_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tile16x64x64"
@@ -208,20 +210,20 @@ def test_kernel_names_from_registration_handles_and_mapped_strings(tmp_path):
                                                                                      str(lib)]]}))
     host, handle, cufunc = 0x7E0000001230, 0x37E00000, 0x55AA00
 
-    def call(name, ts, args, out=0, kind=ev.CUDA_CALL, flags=None):
-        f = ev.CF_HAS_RET | (ev.CF_OUT if out else 0) if flags is None else flags
+    def call(name, ts, args, out=0, kind=cuda_records.CUDA_CALL, flags=None):
+        f = cuda_records.CF_HAS_RET | (cuda_records.CF_OUT if out else 0) if flags is None else flags
         r = _recs(name, [args], kind=kind, out=out, flags=f)
         r["ts"], r["dur"], r["tid"], r["tgid"] = BOOT0 + ts, 1000, pid, pid
         return r
-    cut = np.zeros(1, ev.CUDA_EVENT)  # the NAME record cuda.bpf.c writes: the first 71 bytes + NUL
+    cut = np.zeros(1, cuda_records.CUDA_EVENT)  # the NAME record cuda.bpf.c writes: the first 71 bytes + NUL
     cut["args"].view(np.uint8).reshape(-1)[:71] = np.frombuffer(long_name[:71], np.uint8)
-    cut["cookie"], cut["kind"], cut["out"] = BY_NAME["cuModuleGetFunction"].cookie(), ev.CUDA_NAME, cufunc
-    cut["flags"] = ev.CF_HAS_RET | ev.CF_OUT | ev.CF_TRUNC
+    cut["cookie"], cut["kind"], cut["out"] = BY_NAME["cuModuleGetFunction"].cookie(), cuda_records.CUDA_NAME, cufunc
+    cut["flags"] = cuda_records.CF_HAS_RET | cuda_records.CF_OUT | cuda_records.CF_TRUNC
     cut["ts"], cut["tid"], cut["tgid"] = BOOT0 + 4_000, pid, pid
-    named = np.zeros(1, ev.CUDA_EVENT)
+    named = np.zeros(1, cuda_records.CUDA_EVENT)
     named["args"].view(np.uint8).reshape(-1)[:12] = np.frombuffer(b"cutlass_gemm", np.uint8)
-    named["cookie"], named["kind"], named["out"] = BY_NAME["cuLibraryGetKernel"].cookie(), ev.CUDA_NAME, 0xCE
-    named["flags"] = ev.CF_HAS_RET | ev.CF_OUT
+    named["cookie"], named["kind"], named["out"] = BY_NAME["cuLibraryGetKernel"].cookie(), cuda_records.CUDA_NAME, 0xCE
+    named["flags"] = cuda_records.CF_HAS_RET | cuda_records.CF_OUT
     named["ts"], named["tid"], named["tgid"] = BOOT0 + 13_000, pid, pid
     recs = [call("__cudaRegisterFunction", 1_000, [0, host, base + 0x10, base + 0x10]),
             call("__cudaGetKernel", 2_000, [0x7FFC0000, host], out=handle),
@@ -233,7 +235,7 @@ def test_kernel_names_from_registration_handles_and_mapped_strings(tmp_path):
             call("cuLibraryGetKernel", 13_000, [0x7FFC0010, 0x9100, base + 0x1020], out=0xCE), named,
             call("cuKernelGetFunction", 14_000, [0x7FFC0018, 0xCE], out=0xF0),
             call("cuLaunchKernel", 15_000, [0xF0, 1, 1, 1, 32, 1, 1, 0, 0])]
-    b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(np.concatenate(recs)))))
+    b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(np.concatenate(recs)))))
     raw = b.write(str(tmp_path / "names.tlraw"))
     out = str(tmp_path / "names.pftrace")
     convert(raw, out)

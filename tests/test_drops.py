@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from timeline import events
+from timeline import sched_records
 from timeline.bpf_session import BpfSession
 from timeline.commands.record import drop_warnings
 from helpers import require_root
@@ -47,7 +47,7 @@ def _storm(session, seconds, between_drains):
         session.track(proc.pid, proc.pid)
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
-        reader = session.readers[events.RING_SCHED]
+        reader = session.readers[sched_records.RING_SCHED]
         while proc.poll() is None:
             reader.drain()
             between_drains(reader)

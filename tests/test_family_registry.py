@@ -15,11 +15,30 @@ from helpers import REPO, timeline_cmd
 
 
 def test_ring_ids_unique_and_below_max_rings():
-    ids = [r.id for f in registry.FAMILY_LIST for r in f.rings]
-    assert len(ids) == len(set(ids)), ids
-    assert all(0 < i < events.MAX_RINGS for i in ids), ids
+    assert registry.ring_id_conflicts() == []
+    assert len(registry.RINGS) == sum(len(f.rings) for f in registry.FAMILY_LIST)
     names = [f.name for f in registry.FAMILY_LIST]
     assert len(names) == len(set(names)) and all(n.isidentifier() for n in names)
+
+
+def test_ring_id_checker_catches_collisions():
+    """Made-up families: one claiming cuda's id, ids at and past the limit, id 0."""
+    cuda = registry.FAMILIES["cuda"]
+
+    def fam(name, *ids):
+        return dataclasses.replace(cuda, name=name, rings=tuple(dataclasses.replace(cuda.rings[0], id=i) for i in ids))
+
+    clash = registry.ring_id_conflicts((*registry.FAMILY_LIST, fam("nvtx", cuda.rings[0].id)))
+    assert clash == [f"ring id {cuda.rings[0].id} is claimed by both cuda and nvtx"]
+    assert len(registry.ring_id_conflicts((fam("a", 9), fam("b", 9), fam("c", 9)))) == 2
+    assert len(registry.ring_id_conflicts((fam("two", 9, 9),))) == 1
+    top = events.MAX_RINGS - 1
+    assert registry.ring_id_conflicts((fam("last", top),)) == []
+    for bad in (events.MAX_RINGS, events.MAX_RINGS + 5, 0, -1):
+        (line,) = registry.ring_id_conflicts((fam("nvtx", bad),))
+        assert f"ring id {bad} is outside 1..{top}" in line
+    # the limit is a parameter: 8 was the old one, where ids 1-7 were all taken
+    assert registry.ring_id_conflicts((fam("eighth", 8),), max_rings=8)
 
 
 def test_descriptors_are_frozen_and_complete():
@@ -143,8 +162,10 @@ def test_only_commands_import_the_recorder():
 
 
 def test_core_imports_no_family_code():
-    """Importing the recorder, session and converters loads no plugin or converter of a family."""
+    """Importing the recorder, session and converters loads no plugin or converter of a family
+    (only descriptors and the dtype modules they name)."""
     code = ("import sys; import timeline.recorder, timeline.bpf_session, timeline.converters; "
             "print(' '.join(m for m in sys.modules if m.startswith(('timeline.cuda.', 'timeline.kctx.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
-    assert set(out.split()) <= {"timeline.cuda.family", "timeline.kctx.family"}, out
+    dtype_modules = {"timeline." + r.header[:-2].replace("/", ".") for r in registry.RINGS.values()}
+    assert set(out.split()) <= {"timeline.cuda.family", "timeline.kctx.family"} | dtype_modules, out

@@ -18,6 +18,7 @@ from helpers import assert_one_row_per_pid_and_tid
 from rawlog_factory import BOOT0, LogBuilder, end_block
 from timeline import events as ev
 from timeline.converters import convert
+from timeline.cuda import records as cuda_records
 from timeline.cuda.probes import BY_NAME, table_meta
 from timeline.gpu import records as R
 from timeline.trace_processor import open_trace
@@ -48,10 +49,10 @@ class GpuLog:
 
     def call(self, name, ts, dur, tid=TID, args=()):
         p = BY_NAME[name]
-        r = np.zeros(1, ev.CUDA_EVENT)
+        r = np.zeros(1, cuda_records.CUDA_EVENT)
         r["args"][0, :len(args)] = list(args)
         r["cookie"], r["tid"], r["tgid"], r["ts"], r["dur"] = p.cookie(), tid, PID, ts, dur
-        r["kind"], r["flags"] = ev.CUDA_CALL, ev.CF_HAS_RET
+        r["kind"], r["flags"] = cuda_records.CUDA_CALL, cuda_records.CF_HAS_RET
         self.calls.append(r)
 
     def rec(self, kind, start, end, **kw):
@@ -96,7 +97,8 @@ class GpuLog:
     def write(self, path, block=7) -> str:
         b = LogBuilder(ncpu=2, target_pid=PID)
         b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
-        for rid, dt, nm in ((ev.RING_CUDA, ev.CUDA_EVENT, "cuda"), (R.RING_GPU, R.GPU_RECORD, "gpu")):
+        for rid, dt, nm in ((cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, "cuda"),
+                            (R.RING_GPU, R.GPU_RECORD, "gpu")):
             b.header["rings"][str(rid)] = {"name": nm, "record_size": dt.itemsize, "stride": ev.ring_stride(dt)}
         b.procs(us(0), [{"pid": PID, "ppid": 1, "comm": "python3", "cmdline": ["python3", "train.py"],
                          "threads": [{"tid": TID, "comm": "python3"}, {"tid": WORKER, "comm": "worker"}]}])
@@ -110,7 +112,7 @@ class GpuLog:
         if self.calls:
             calls = np.concatenate(self.calls)
             for i in range(0, calls.size, 50):
-                b.blocks.append(("ring", (ev.RING_CUDA, ev.encode_ring_bytes(calls[i:i + 50]))))
+                b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(calls[i:i + 50]))))
         gpu = np.concatenate(self.gpu)
         # CUPTI hands buffers over out of time order: blocks in reverse
         for i in reversed(range(0, gpu.size, block)):

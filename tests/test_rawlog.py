@@ -4,22 +4,22 @@ import stat
 import numpy as np
 import pytest
 
-from timeline import events
+from timeline import events, sched_records
 from timeline.rawlog import MAGIC, RawLogError, RawLogReader, RawLogWriter
 
 
 def _records(n):
-    a = np.zeros(n, events.SCHED_EVENT)
+    a = np.zeros(n, sched_records.SCHED_EVENT)
     a["ts"] = np.arange(n) * 1000 + 5
     a["tid"] = 7
-    a["kind"] = events.SCHED_SWITCH
+    a["kind"] = sched_records.SCHED_SWITCH
     return a
 
 
 def _write(path, blocks=3, finish=True):
     w = RawLogWriter(str(path), {"version": 1, "rings": {}})
     for i in range(blocks):
-        w.write_ring(events.RING_SCHED, events.encode_ring_bytes(_records(10 + i)))
+        w.write_ring(sched_records.RING_SCHED, events.encode_ring_bytes(_records(10 + i)))
     w.write_meta({"type": "note", "i": 1})
     if finish:
         w.finish({"drops": {}})
@@ -34,16 +34,16 @@ def test_roundtrip_and_mode(tmp_path):
         assert r.header["version"] == 1
         blocks = list(r.blocks())
         assert r.finalized and r.damage is None
-    rings = [events.decode_ring_bytes(b.payload, events.SCHED_EVENT) for b in blocks if b.kind == b"RING"]
+    rings = [events.decode_ring_bytes(b.payload, sched_records.SCHED_EVENT) for b in blocks if b.kind == b"RING"]
     assert [len(x) for x in rings] == [10, 11, 12]
     assert rings[2]["ts"][-1] == 11 * 1000 + 5
 
 
 def test_discarded_records_are_skipped():
     raw = bytearray(events.encode_ring_bytes(_records(3)))
-    stride = events.ring_stride(events.SCHED_EVENT)
+    stride = events.ring_stride(sched_records.SCHED_EVENT)
     raw[stride + 3] |= 0x40  # DISCARD bit of record 1's length word
-    got = events.decode_ring_bytes(bytes(raw), events.SCHED_EVENT)
+    got = events.decode_ring_bytes(bytes(raw), sched_records.SCHED_EVENT)
     assert list(got["ts"]) == [5, 2005]
 
 
@@ -95,7 +95,7 @@ def test_background_writer_keeps_order_with_a_tiny_queue(tmp_path):
     p = tmp_path / "bg.tlraw"
     w = RawLogWriter(str(p), {"version": 1, "rings": {}}, background=True, max_queued=600)
     for i in range(200):
-        w.write_ring(events.RING_SCHED, events.encode_ring_bytes(_records(1 + i % 7)))
+        w.write_ring(sched_records.RING_SCHED, events.encode_ring_bytes(_records(1 + i % 7)))
         if i % 50 == 0:
             w.write_meta({"type": "note", "i": i})
     w.finish({"drops": {}})
@@ -103,7 +103,7 @@ def test_background_writer_keeps_order_with_a_tiny_queue(tmp_path):
     with RawLogReader(str(p)) as r:
         blocks = list(r.blocks())
         assert r.finalized and r.damage is None
-    sizes = [len(events.decode_ring_bytes(b.payload, events.SCHED_EVENT)) for b in blocks if b.kind == b"RING"]
+    sizes = [len(events.decode_ring_bytes(b.payload, sched_records.SCHED_EVENT)) for b in blocks if b.kind == b"RING"]
     assert sizes == [1 + i % 7 for i in range(200)]
     assert [b.json()["i"] for b in blocks if b.kind == b"META"] == [0, 50, 100, 150]
     assert os.path.getsize(p) == w.bytes_written

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from timeline import events
+from timeline import events, proc_records, sched_records
 from helpers import read_raw, require_root, timeline_cmd, udir  # noqa: F401 (udir: fixture)
 
 pytestmark = pytest.mark.usefixtures("root")
@@ -70,42 +70,42 @@ def test_launch_exit_code_and_summary(launched):
 def test_launch_follows_tree(launched):
     _, log, _ = launched
     proc = log["proc"]
-    forks = _by_kind(proc, events.PROC_FORK)
-    root = forks[(forks["flags"] & events.PF_LAUNCHED) != 0]
+    forks = _by_kind(proc, proc_records.PROC_FORK)
+    root = forks[(forks["flags"] & proc_records.PF_LAUNCHED) != 0]
     assert len(root) == 1
     pid = int(root["child_tid"][0])
     assert int(root["tgid"][0]) == log["header"]["recorder_pid"]
-    threads = forks[(forks["flags"] & events.PF_THREAD) != 0]
+    threads = forks[(forks["flags"] & proc_records.PF_THREAD) != 0]
     assert set(threads["child_tgid"]) == {pid} and len(threads) >= 4
-    execs = _by_kind(proc, events.PROC_EXEC)
-    argvs = {int(r["tid"]): events.argv_of(r) for r in execs}
+    execs = _by_kind(proc, proc_records.PROC_EXEC)
+    argvs = {int(r["tid"]): proc_records.argv_of(r) for r in execs}
     assert argvs[pid][:2] == [sys.executable, "-c"]
     child = [t for t, a in argvs.items() if a == ["sleep", "0.05"]]
     assert len(child) == 1
     # the sleep child was forked by the target, not by the recorder
     fork_of_child = forks[forks["child_tid"] == child[0]]
     assert int(fork_of_child["tgid"][0]) == pid
-    renames = {events.cstr(r["comm"]) for r in _by_kind(proc, events.PROC_RENAME)}
+    renames = {events.cstr(r["comm"]) for r in _by_kind(proc, proc_records.PROC_RENAME)}
     assert {"spinner-a", "spinner-b", "spinner-c", "napper"} <= renames
-    exits = _by_kind(proc, events.PROC_EXIT)
+    exits = _by_kind(proc, proc_records.PROC_EXIT)
     main_exit = exits[exits["tid"] == pid]
     assert len(main_exit) == 1 and int(main_exit["exit_code"][0]) == 3 << 8
     # The process ends once: the thread that takes the group's live count to zero carries
     # group_dead.  Usually the main thread, but a joined thread can still be
     # on its way out of the kernel when the main thread exits (CI saw it).
     group = exits[exits["tgid"] == pid]
-    dead = group[(group["flags"] & events.PF_GROUP_DEAD) != 0]
+    dead = group[(group["flags"] & proc_records.PF_GROUP_DEAD) != 0]
     assert len(dead) == 1
 
 
 def test_launch_sched_states(launched):
     _, log, _ = launched
-    sw = log["sched"][log["sched"]["kind"] == events.SCHED_SWITCH]
-    tracked_prev = sw[(sw["flags"] & events.SF_PREV_TRACKED) != 0]
+    sw = log["sched"][log["sched"]["kind"] == sched_records.SCHED_SWITCH]
+    tracked_prev = sw[(sw["flags"] & sched_records.SF_PREV_TRACKED) != 0]
     states = set(int(s) for s in tracked_prev["arg"])
     assert 1 in states, states  # S: napper sleeping
     assert 0 in states or any(s >= 0x100 for s in states), states  # preempted while runnable
-    wk = log["sched"][log["sched"]["kind"] == events.SCHED_WAKING]
+    wk = log["sched"][log["sched"]["kind"] == sched_records.SCHED_WAKING]
     assert len(wk) > 0
     assert np.all(np.diff(log["sched"]["ts"][:1]) >= 0)
     hdr = log["header"]["clock"]
@@ -183,7 +183,7 @@ def test_target_crash_still_finalizes(tmp_path):
     assert cp.returncode == 128 + signal.SIGKILL
     log = read_raw(raw)
     assert log["finalized"] and log["end"]["exit_code"] == 137
-    exits = log["proc"][log["proc"]["kind"] == events.PROC_EXIT]
+    exits = log["proc"][log["proc"]["kind"] == proc_records.PROC_EXIT]
     assert (exits["exit_code"] & 0x7F == signal.SIGKILL).any()
 
 

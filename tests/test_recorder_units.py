@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from timeline import events
+from timeline import proc_records as proc_ring
 from timeline.bpf_session import BpfSession
 from timeline.recorder import _Sleeper
 from timeline.recorder_plugins import RecorderContext
@@ -20,14 +21,14 @@ from helpers import require_root
 
 def proc_records(*rows) -> bytes:
     """rows: (kind, flags, tgid, child_tgid) -> ring bytes as the proc ring holds them."""
-    rec = np.zeros(len(rows), events.PROC_EVENT)
+    rec = np.zeros(len(rows), proc_ring.PROC_EVENT)
     for i, (kind, flags, tgid, child) in enumerate(rows):
         rec[i]["kind"], rec[i]["flags"], rec[i]["tgid"], rec[i]["tid"] = kind, flags, tgid, tgid
         rec[i]["child_tgid"] = rec[i]["child_tid"] = child
     return events.encode_ring_bytes(rec)
 
 
-STRIDE = events.ring_stride(events.PROC_EVENT)
+STRIDE = events.ring_stride(proc_ring.PROC_EVENT)
 
 
 def ctx() -> RecorderContext:
@@ -39,24 +40,24 @@ def test_forks_execs_and_exits_keep_the_set_current():
     c.add_processes([100])
     gen100 = c.processes[100]
     c.note_proc_records(proc_records(
-        (events.PROC_FORK, 0, 100, 200),                   # a child process
-        (events.PROC_FORK, events.PF_THREAD, 100, 100),    # a thread: no new process
-        (events.PROC_RENAME, 0, 200, 0),
-        (events.PROC_FORK, 0, 100, 300),
+        (proc_ring.PROC_FORK, 0, 100, 200),                   # a child process
+        (proc_ring.PROC_FORK, proc_ring.PF_THREAD, 100, 100),    # a thread: no new process
+        (proc_ring.PROC_RENAME, 0, 200, 0),
+        (proc_ring.PROC_FORK, 0, 100, 300),
     ), STRIDE)
     assert sorted(c.processes) == [100, 200, 300] and c.processes[100] == gen100
     before = dict(c.processes)
     c.note_proc_records(proc_records(
-        (events.PROC_EXEC, 0, 200, 0),                     # a new image: a new generation
-        (events.PROC_EXIT, 0, 300, 0),                     # a thread of 300 ends: still alive
+        (proc_ring.PROC_EXEC, 0, 200, 0),                     # a new image: a new generation
+        (proc_ring.PROC_EXIT, 0, 300, 0),                     # a thread of 300 ends: still alive
     ), STRIDE)
     assert sorted(c.processes) == [100, 200, 300]
     assert c.processes[200] != before[200] and c.processes[300] == before[300]
-    c.note_proc_records(proc_records((events.PROC_EXIT, events.PF_GROUP_DEAD, 300, 0)), STRIDE)
+    c.note_proc_records(proc_records((proc_ring.PROC_EXIT, proc_ring.PF_GROUP_DEAD, 300, 0)), STRIDE)
     assert sorted(c.processes) == [100, 200]
     c.add_processes([300])  # learnt late (an attach snapshot taken before it exited): stays out
     assert sorted(c.processes) == [100, 200]
-    c.note_proc_records(proc_records((events.PROC_FORK, 0, 200, 300)), STRIDE)  # the pid used again
+    c.note_proc_records(proc_records((proc_ring.PROC_FORK, 0, 200, 300)), STRIDE)  # the pid used again
     assert sorted(c.processes) == [100, 200, 300]
 
 
@@ -64,8 +65,8 @@ def test_readers_see_a_whole_snapshot():
     c = ctx()
     c.add_processes([1, 2])
     snap = c.processes
-    c.note_proc_records(proc_records((events.PROC_FORK, 0, 1, 3), (events.PROC_EXIT, events.PF_GROUP_DEAD, 2, 0)),
-                        STRIDE)
+    c.note_proc_records(proc_records((proc_ring.PROC_FORK, 0, 1, 3),
+                                     (proc_ring.PROC_EXIT, proc_ring.PF_GROUP_DEAD, 2, 0)), STRIDE)
     assert sorted(snap) == [1, 2] and sorted(c.processes) == [1, 3]  # replaced, not changed under a reader
 
 
@@ -84,7 +85,7 @@ def test_reconcile_with_the_tracked_map():
         c.reconcile_processes()  # due, but no proc record was lost: the map is not walked
         assert sorted(c.processes) == [500, 600]
         drops = session.objects["proc"].map("drops")  # what the proc programs count when the ring is full
-        drops.update(struct.pack("<I", events.RING_PROC), struct.pack("<Q", 1) * session.ncpu)
+        drops.update(struct.pack("<I", proc_ring.RING_PROC), struct.pack("<Q", 1) * session.ncpu)
         c._reconcile_at = 0
         c.reconcile_processes()
         assert sorted(c.processes) == [500, 700] and c.processes[500] == gen500

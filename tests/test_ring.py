@@ -123,24 +123,24 @@ def test_ring_dumps_when_a_process_dies_from_a_signal(tmp_path):
 def test_segments_rotate_drop_and_dump_carries_state(tmp_path, monkeypatch):
     """SegmentedLog alone, on a made-up clock: 20 s of sched records with --ring 5s."""
     import numpy as np
-    from timeline import events, ringlog
+    from timeline import events, proc_records, ringlog, sched_records
     from timeline.registry import RING_DTYPES
 
     clock = [10**9]
     monkeypatch.setattr(ringlog, "boottime_ns", lambda: clock[0])
     header = {"rings": {str(r): {"stride": events.ring_stride(RING_DTYPES[r])}
-                        for r in (events.RING_SCHED, events.RING_PROC)}}
+                        for r in (sched_records.RING_SCHED, proc_records.RING_PROC)}}
     log = ringlog.SegmentedLog(str(tmp_path / "x.tlraw"), header, 5.0)
-    proc = np.zeros(1, events.PROC_EVENT)
-    proc["ts"], proc["kind"], proc["tid"] = clock[0], events.PROC_RENAME, 77
-    log.write_ring(events.RING_PROC, events.encode_ring_bytes(proc))
+    proc = np.zeros(1, proc_records.PROC_EVENT)
+    proc["ts"], proc["kind"], proc["tid"] = clock[0], proc_records.PROC_RENAME, 77
+    log.write_ring(proc_records.RING_PROC, events.encode_ring_bytes(proc))
     log.write_meta({"type": "procs", "ts": clock[0]})
     counts = []
     for step in range(200):  # 0.1 s apart
         clock[0] += 10**8
-        sched = np.zeros(1, events.SCHED_EVENT)
+        sched = np.zeros(1, sched_records.SCHED_EVENT)
         sched["ts"] = clock[0]
-        log.write_ring(events.RING_SCHED, events.encode_ring_bytes(sched))
+        log.write_ring(sched_records.RING_SCHED, events.encode_ring_bytes(sched))
         counts.append(len(glob.glob(str(tmp_path / "x.tlraw.seg*"))))
     assert max(counts) <= 6 and counts[-1] >= 5
     log.close()

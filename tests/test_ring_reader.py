@@ -10,12 +10,12 @@ import struct
 
 import numpy as np
 
-from timeline import events
+from timeline import events, sched_records
 from timeline.ring_reader import RingReader
 
 PAGE = mmap.PAGESIZE
 SIZE = 4 * PAGE
-STRIDE = events.ring_stride(events.SCHED_EVENT)
+STRIDE = events.ring_stride(sched_records.SCHED_EVENT)
 
 
 class FakeRing:
@@ -35,9 +35,9 @@ class FakeRing:
 
     def put(self, kind: int, tid: int, busy: bool = False) -> int:
         """Commit one sched record (or leave it BUSY); returns its position."""
-        rec = np.zeros(1, events.SCHED_EVENT)
+        rec = np.zeros(1, sched_records.SCHED_EVENT)
         rec["kind"], rec["tid"] = kind, tid
-        hdr = events.SCHED_EVENT.itemsize | (events.RINGBUF_BUSY_BIT if busy else 0)
+        hdr = sched_records.SCHED_EVENT.itemsize | (events.RINGBUF_BUSY_BIT if busy else 0)
         blob = struct.pack("<II", hdr, 0) + rec.tobytes()
         self._write(self.prod, blob)
         pos, self.prod = self.prod, self.prod + STRIDE
@@ -50,7 +50,7 @@ class FakeRing:
             self.mem[2 * PAGE + off] = self.mem[2 * PAGE + SIZE + off] = b
 
     def commit(self, pos: int) -> None:
-        self._write(pos, struct.pack("<I", events.SCHED_EVENT.itemsize))
+        self._write(pos, struct.pack("<I", sched_records.SCHED_EVENT.itemsize))
 
     def close(self) -> None:
         self.mem.close()
@@ -58,19 +58,19 @@ class FakeRing:
 
 
 def tids(data: bytes) -> list[int]:
-    return events.decode_ring_bytes(data, events.SCHED_EVENT)["tid"].tolist()
+    return events.decode_ring_bytes(data, sched_records.SCHED_EVENT)["tid"].tolist()
 
 
 def test_drain_stops_at_a_busy_record_and_counts_kinds():
     ring = FakeRing()
-    reader = RingReader(ring.fd, SIZE, events.SCHED_EVENT)
+    reader = RingReader(ring.fd, SIZE, sched_records.SCHED_EVENT)
     try:
         assert reader.drain() == b""
-        ring.put(events.SCHED_SWITCH, 1)
-        ring.put(events.SCHED_SWITCH, 2)
-        busy = ring.put(events.SCHED_WAKING, 3, busy=True)
-        ring.put(events.SCHED_SWITCH, 4)
-        ring.put(events.SCHED_WAKING, 5)
+        ring.put(sched_records.SCHED_SWITCH, 1)
+        ring.put(sched_records.SCHED_SWITCH, 2)
+        busy = ring.put(sched_records.SCHED_WAKING, 3, busy=True)
+        ring.put(sched_records.SCHED_SWITCH, 4)
+        ring.put(sched_records.SCHED_WAKING, 5)
         assert tids(reader.drain()) == [1, 2]
         assert ring.consumer() == 2 * STRIDE
         assert reader.drain() == b""  # the first pending record is still being written
@@ -78,7 +78,7 @@ def test_drain_stops_at_a_busy_record_and_counts_kinds():
         assert tids(reader.drain()) == [3, 4, 5]
         assert ring.consumer() == ring.prod and reader.records == 5 and reader.bytes == 5 * STRIDE
         assert {int(k): int(reader.kinds[k]) for k in np.flatnonzero(reader.kinds)} == \
-            {events.SCHED_SWITCH: 3, events.SCHED_WAKING: 2}
+            {sched_records.SCHED_SWITCH: 3, sched_records.SCHED_WAKING: 2}
     finally:
         reader.close()
         ring.close()
@@ -88,13 +88,13 @@ def test_span_across_the_end_of_the_ring_comes_out_in_order():
     ring = FakeRing()
     n_fit = SIZE // STRIDE
     ring.set_pos((n_fit - 2) * STRIDE + 3 * SIZE)  # positions only grow: a ring that wrapped three times
-    reader = RingReader(ring.fd, SIZE, events.SCHED_EVENT)
+    reader = RingReader(ring.fd, SIZE, sched_records.SCHED_EVENT)
     try:
         for tid in range(10, 16):
-            ring.put(events.SCHED_SWITCH, tid)
+            ring.put(sched_records.SCHED_SWITCH, tid)
         assert tids(reader.drain(max_bytes=4 * STRIDE + 5)) == [10, 11, 12, 13]  # whole records only
         assert tids(reader.drain()) == [14, 15]
-        assert reader.kinds[events.SCHED_SWITCH] == 6
+        assert reader.kinds[sched_records.SCHED_SWITCH] == 6
     finally:
         reader.close()
         ring.close()

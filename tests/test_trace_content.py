@@ -8,7 +8,7 @@ import pytest
 
 from timeline.trace_processor import open_trace
 from helpers import REPO, assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
-from timeline import events as ev
+from timeline import sched_records
 from timeline.converters.chrome.writer import JSON_IDLE_TID
 from timeline.converters import convert
 from timeline.converters.model import OUTSIDE_TID
@@ -100,11 +100,11 @@ def test_idle_is_idle_and_outside_only_where_a_task_ran(recorded, fmt, tmp_path)
     d, _, _ = recorded
     raw_path = str(d / "w.tlraw")  # the kept raw log of the last recording: converted again here
     raw = read_raw(raw_path)["sched"]
-    sw = raw[raw["kind"] == ev.SCHED_SWITCH]
+    sw = raw[raw["kind"] == sched_records.SCHED_SWITCH]
     f = sw["flags"]
-    to_idle = sw[((f & ev.SF_PREV_TRACKED) != 0) & (sw["target_tid"] == 0)]
-    to_outside = sw[((f & ev.SF_NEXT_TRACKED) == 0) & (sw["target_tid"] != 0)]
-    left_idle = sw[(f & ev.SF_LEFT_IDLE) != 0]
+    to_idle = sw[((f & sched_records.SF_PREV_TRACKED) != 0) & (sw["target_tid"] == 0)]
+    to_outside = sw[((f & sched_records.SF_NEXT_TRACKED) == 0) & (sw["target_tid"] != 0)]
+    left_idle = sw[(f & sched_records.SF_LEFT_IDLE) != 0]
     assert to_idle.size > 20
     # at most one extra record per recorded switch to idle, and only after one
     assert left_idle.size <= to_idle.size and (left_idle["tid"] == 0).all()

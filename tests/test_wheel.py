@@ -10,6 +10,7 @@ import zipfile
 
 import orjson
 
+from timeline import registry
 from helpers import REPO, require_root
 
 # Build outputs and environments stay behind: the copy builds from sources only.
@@ -43,10 +44,16 @@ def test_wheel_installs_and_records(tmp_path):
     (wheel,) = glob.glob(str(tmp_path / "dist" / "timeline-*.whl"))
     assert wheel.endswith("-py3-none-linux_x86_64.whl")  # BPF objects are per architecture
     names = set(zipfile.ZipFile(wheel).namelist())
-    sources = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "timeline", "bpf", "*.bpf.c")))
+    # a family's .bpf.c sits beside its code; every object is built into timeline/bpf
+    paths = glob.glob(os.path.join(REPO, "timeline", "**", "*.bpf.c"), recursive=True)
+    sources = sorted(os.path.basename(p) for p in paths)
     assert sources
     for c in sources:
         assert f"timeline/bpf/{c[:-2]}.o" in names, f"{c[:-2]}.o not in the wheel"
+    for p in paths:  # the sources ship, and the record headers beside them
+        assert os.path.relpath(p, REPO) in names, p
+    for ring in registry.RINGS.values():
+        assert f"timeline/{ring.header}" in names, ring.header
     assert "timeline/bpf/vmlinux.h" not in names  # the build machine's kernel is not needed at run time
 
     venv = tmp_path / "venv"

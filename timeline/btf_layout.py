@@ -3,7 +3,7 @@
 The `.BTF` section of a built ``.bpf.o`` is the compiler's own record of
 every struct layout and of where each global lives in `.rodata`.  We read it
 (pure Python, no root needed) to (1) place `const volatile` settings before
-load and (2) let tests prove the numpy mirror in timeline/events.py matches
+load and (2) let tests prove each family's numpy mirror (its dtype module) matches
 the C structs byte for byte.
 """
 from __future__ import annotations

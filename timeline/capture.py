@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import events
+from . import events, proc_records
 from .rawlog import KIND_META, KIND_RING
 from .registry import RING_DTYPES
 
@@ -55,7 +55,7 @@ class CaptureWindow:
         """The part of one drained batch to write: proc whole, others inside the
         intervals, plus the rows `always(ring, rows)` marks (a family's
         bookkeeping that later records need, e.g. CUDA kernel registrations)."""
-        if ring == events.RING_PROC or not data:
+        if ring == proc_records.RING_PROC or not data:
             return data
         rows = as_rows(data, stride)
         ts = field(rows, ring, "ts" if "ts" in RING_DTYPES[ring].fields else "start")  # gpu records: start
@@ -106,7 +106,7 @@ def timed_strides(header: dict) -> dict[int, int]:
 def copy_cut(out, blk, window: CaptureWindow, strides: dict[int, int], always=None) -> None:
     """Copy one META or RING block of a raw log to the writer `out`; the event
     records of a RING block (proc whole) only inside `window`, plus `always`'s."""
-    if blk.kind == KIND_RING and blk.ring != events.RING_PROC and blk.ring in strides:
+    if blk.kind == KIND_RING and blk.ring != proc_records.RING_PROC and blk.ring in strides:
         data = window.keep(blk.ring, blk.payload, strides[blk.ring], always)
         if data:
             out.write_ring(blk.ring, data)

@@ -1,13 +1,16 @@
 """What an event family is: one frozen descriptor that says everything about it.
 
 Each family's descriptor lives with its code (timeline/core_families.py for
-proc and sched, timeline/cuda/family.py, timeline/kctx/family.py); the list of
-them is timeline/registry.py, and every table the recorder, the CLI and the
-converters use is derived from that list.  This module knows no family.
+proc and sched, timeline/cuda/family.py, timeline/kctx/family.py), next to
+its record header and dtype module (sched_records.h + sched_records.py,
+cuda/records.h + cuda/records.py); the list of them is timeline/registry.py,
+and every table the recorder, the CLI and the converters use is derived from
+that list.  This module knows no family.
 
 A descriptor names its plugin and converters as "module:Class" strings,
 imported only when a recording or a conversion needs them: importing the
-registry loads no family code, and core modules never import family modules.
+registry loads the descriptors and their dtype modules, no other family code,
+and core modules never import family modules.
 """
 from __future__ import annotations
 
@@ -24,13 +27,18 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class Ring:
-    """One ring of records in the raw log (TL_RING_* id)."""
+    """One ring of records in the raw log (TL_RING_* id, unique, below TL_MAX_RINGS).
+
+    The family's header defines the id, the kinds and the record struct; the
+    dtype module of the same name beside it (cuda/records.h: cuda/records.py)
+    mirrors them once (tests/test_layout.py checks both)."""
     id: int
-    dtype: np.dtype            # the mirror in timeline/events.py of ...
+    dtype: np.dtype            # the mirror, in the header's dtype module, of ...
     struct: str                # ... this C struct (checked against the objects' BTF)
     kinds: type[enum.IntEnum]  # record kinds: `kind` field value -> name in the summary
     map: str = ""              # the BPF ring buffer map; "" for records a plugin writes itself
-    default_bytes: int = 0     # the map's max_entries in its .bpf.c (checked by tests/test_family_registry.py)
+    default_bytes: int = 0     # the map's max_entries in its .bpf.c (checked by tests/test_layout.py)
+    header: str = ""           # the header defining it, relative to timeline/ ("cuda/records.h")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from . import events
+from . import proc_records
 
 
 def _read(path: str) -> str:
@@ -61,7 +61,7 @@ class HangWatch:
         """True once when the job has made no progress for the timeout."""
         session = ctx.session
         counts = tuple(p.progress(ctx) for p in plugins)
-        proc = session.readers[events.RING_PROC].records
+        proc = session.readers[proc_records.RING_PROC].records
         moved = (counts, proc) != self._counts
         if not moved and not any(counts):
             moved = any(thread_state(pid, pid)[0] == "R" for pid in list(ctx.processes))

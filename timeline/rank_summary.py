@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import events as ev
+from . import proc_records, sched_records
+from .cuda import records as cuda_records
 from .rawlog import KIND_META, KIND_RING, RawLogReader
 
 
@@ -26,19 +28,19 @@ def rank_lines(raw_path: str, drops: dict[str, int]) -> list[str]:
                     for p in meta.get("processes", []):
                         if isinstance(p.get("pid"), int) and isinstance(p.get("rank"), int):
                             ranks[p["pid"]] = p
-            elif blk.kind == KIND_RING and blk.ring == ev.RING_SCHED:
-                sched.append(ev.decode_ring_bytes(blk.payload, ev.SCHED_EVENT))
-            elif blk.kind == KIND_RING and blk.ring == ev.RING_PROC:
-                procs.append(ev.decode_ring_bytes(blk.payload, ev.PROC_EVENT))
-            elif blk.kind == KIND_RING and blk.ring == ev.RING_CUDA:
-                cuda.append(ev.decode_ring_bytes(blk.payload, ev.CUDA_EVENT))
+            elif blk.kind == KIND_RING and blk.ring == sched_records.RING_SCHED:
+                sched.append(ev.decode_ring_bytes(blk.payload, sched_records.SCHED_EVENT))
+            elif blk.kind == KIND_RING and blk.ring == proc_records.RING_PROC:
+                procs.append(ev.decode_ring_bytes(blk.payload, proc_records.PROC_EVENT))
+            elif blk.kind == KIND_RING and blk.ring == cuda_records.RING_CUDA:
+                cuda.append(ev.decode_ring_bytes(blk.payload, cuda_records.CUDA_EVENT))
     if len(ranks) < 2:
         return []
     cpu = _cpu_ns_by_tgid(sched, procs)
     calls: dict[int, int] = {}
     if cuda:
         c = np.concatenate(cuda)
-        c = c[c["kind"] != ev.CUDA_NAME]
+        c = c[c["kind"] != cuda_records.CUDA_NAME]
         tg, n = np.unique(c["tgid"], return_counts=True)
         calls = dict(zip(tg.tolist(), n.tolist()))
     lost = sum(drops.values())
@@ -56,7 +58,7 @@ def _cpu_ns_by_tgid(sched: list, procs: list) -> dict[int, int]:
     if not sched:
         return {}
     s = np.concatenate(sched)
-    s = s[s["kind"] == ev.SCHED_SWITCH]
+    s = s[s["kind"] == sched_records.SCHED_SWITCH]
     if not s.size:
         return {}
     order = np.lexsort((s["ts"], s["cpu"]))
@@ -68,7 +70,7 @@ def _cpu_ns_by_tgid(sched: list, procs: list) -> dict[int, int]:
     tid_tgid: dict[int, int] = {}
     if procs:
         p = np.concatenate(procs)
-        f = p[p["kind"] == ev.PROC_FORK]
+        f = p[p["kind"] == proc_records.PROC_FORK]
         tid_tgid = dict(zip(f["child_tid"].tolist(), f["child_tgid"].tolist()))
     tids, idx = np.unique(nxt, return_inverse=True)
     per_tid = np.bincount(idx, weights=dur, minlength=tids.size)

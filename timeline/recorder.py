@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from . import __version__, events, libbpf
+from . import __version__, events, libbpf, proc_records
 from .bpf_session import BpfSession
 from .errors import MachineError, UserError
 from . import capture
@@ -171,7 +171,7 @@ class _Consumer(threading.Thread):
                     continue
                 self.writer.write_ring(rid, data)
                 total += len(data)
-                if rid == events.RING_PROC and self.ctx is not None:
+                if rid == proc_records.RING_PROC and self.ctx is not None:
                     self.ctx.note_proc_records(data, stride)
         return total
 

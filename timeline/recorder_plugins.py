@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from . import events
+from . import events, proc_records
 from .family import load_spec
 from .rawlog import RawLogWriter
 from .registry import FAMILIES, RING_DTYPES, options_of
@@ -94,22 +94,23 @@ class RecorderContext:
         n = len(data) // stride
         if not n:
             return
-        rec = np.ndarray((n,), events.PROC_EVENT, buffer=data, offset=events.RINGBUF_HDR, strides=(stride,))
+        rec = np.ndarray((n,), proc_records.PROC_EVENT, buffer=data, offset=events.RINGBUF_HDR, strides=(stride,))
         kind, flags = rec["kind"], rec["flags"]
-        keep = (((kind == events.PROC_FORK) & (flags & events.PF_THREAD == 0)) | (kind == events.PROC_EXEC)
-                | ((kind == events.PROC_EXIT) & (flags & events.PF_GROUP_DEAD != 0)))
+        keep = (((kind == proc_records.PROC_FORK) & (flags & proc_records.PF_THREAD == 0))
+                | (kind == proc_records.PROC_EXEC)
+                | ((kind == proc_records.PROC_EXIT) & (flags & proc_records.PF_GROUP_DEAD != 0)))
         if not keep.any():
             return  # thread forks/exits, renames: the set of processes is unchanged
         with self._plock:
             procs = dict(self.processes)
             for k, tgid, child, code in rec[["kind", "tgid", "child_tgid", "exit_code"]][keep].tolist():
-                if k == events.PROC_EXIT:  # few: forks, execs, process exits
+                if k == proc_records.PROC_EXIT:  # few: forks, execs, process exits
                     procs.pop(tgid, None)
                     self._ended.add(tgid)
                     if code:
                         self.failed_exits.append((tgid, code))
                     continue
-                pid = child if k == events.PROC_FORK else tgid
+                pid = child if k == proc_records.PROC_FORK else tgid
                 self._gen += 1
                 procs[pid] = self._gen
                 self._ended.discard(pid)  # a pid used again

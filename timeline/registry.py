@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .core_families import PROC, SCHED
 from .cuda.family import CUDA
+from .events import MAX_RINGS
 from .family import Family, Ring, option_fields
 from .gpu.family import GPU
 from .kctx.family import BLOCK, COUNTERS, IOCTL
@@ -29,6 +30,24 @@ KIND_NAMES: dict[tuple[int, int], str] = {(r.id, int(k)): k.name for r in RINGS.
 PLUGINS: dict[str, str] = {f.name: f.plugin for f in FAMILY_LIST if f.plugin}
 # converters of the families' own rings, in registry order
 CONVERTERS: tuple[str, ...] = tuple(c for f in FAMILY_LIST for c in f.converters)
+
+
+def ring_id_conflicts(families=FAMILY_LIST, max_rings: int = MAX_RINGS) -> list[str]:
+    """What is wrong with the families' ring ids, one line each (none: []).
+
+    An id is 1 .. max_rings - 1 (TL_MAX_RINGS: it indexes the drops map) and
+    claimed by one ring; RINGS above would silently keep only the last one."""
+    problems, owner = [], {}
+    for fam in families:
+        for ring in fam.rings:
+            if not 0 < ring.id < max_rings:
+                problems.append(f"{fam.name}: ring id {ring.id} is outside 1..{max_rings - 1} "
+                                f"(TL_MAX_RINGS in timeline/bpf/events.h)")
+            elif ring.id in owner:
+                problems.append(f"ring id {ring.id} is claimed by both {owner[ring.id]} and {fam.name}")
+            else:
+                owner[ring.id] = fam.name
+    return problems
 
 
 def events_help() -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from . import events
+from . import proc_records
 from .capture import CaptureWindow, as_rows, copy_cut, timed_strides
 from .rawlog import KIND_META, KIND_RING, RawLogReader, RawLogWriter, dumps_meta
 from .safe_output import remove
@@ -101,7 +101,7 @@ class SegmentedLog:
         now = boottime_ns()
         if now - self.segments[-1].start_ns >= self.seg_ns and not self.frozen:
             self._rotate(now)
-        if kind == KIND_META or (kind == KIND_RING and ring == events.RING_PROC):
+        if kind == KIND_META or (kind == KIND_RING and ring == proc_records.RING_PROC):
             self._state.append((kind, ring, bytes(payload)))
         elif kind == KIND_RING and self.always is not None and ring in self._strides:
             rows = as_rows(payload, self._strides[ring])

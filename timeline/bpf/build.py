@@ -3,9 +3,14 @@
     python -m timeline.bpf.build [--vmlinux /sys/kernel/btf/vmlinux] [--force]
 
 Generates vmlinux.h from kernel BTF with bpftool, then compiles every
-``*.bpf.c`` here with clang into ``*.bpf.o`` next to it.  CO-RE relocations
-make the objects portable to other BTF-enabled kernels, so users of a built
-package need neither clang nor headers.
+``*.bpf.c`` of the package with clang into ``*.bpf.o`` here (timeline/bpf/,
+where the loader looks).  A family's ``.bpf.c`` sits beside its code and its
+record header (timeline/cuda/cuda.bpf.c + records.h); the core families'
+(proc, sched) are here.  Include path: this directory (vmlinux.h, events.h,
+tracking.bpf.h), then the package root, so a header is found beside its
+``.bpf.c`` or by its path under timeline/.  CO-RE relocations make the objects
+portable to other BTF-enabled kernels, so users of a built package need
+neither clang nor headers.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PKG = HERE.parent
 MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
 
 
@@ -33,14 +39,25 @@ def gen_vmlinux_h(btf: str, out: Path) -> None:
         subprocess.run([bpftool, "btf", "dump", "file", btf, "format", "c"], stdout=f, check=True)
 
 
+def sources() -> list[Path]:
+    """Every ``*.bpf.c`` under timeline/, by object name (one object per name)."""
+    found = sorted(PKG.rglob("*.bpf.c"), key=lambda p: p.name)
+    names = [p.name for p in found]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        sys.exit(f"build: two sources would build the same object: {', '.join(dup)}")
+    return found
+
+
 def compile_one(src: Path, force: bool) -> Path:
-    obj = src.with_suffix(".o")  # foo.bpf.c -> foo.bpf.o
-    deps = [src, HERE / "vmlinux.h", *HERE.glob("*.h")]
+    obj = HERE / src.with_suffix(".o").name  # cuda/cuda.bpf.c -> bpf/cuda.bpf.o
+    # every header of the package: a rebuild too many costs a second, one too few a stale layout
+    deps = [src, *PKG.rglob("*.h")]
     if not force and obj.exists() and obj.stat().st_mtime >= max(d.stat().st_mtime for d in deps):
         return obj
     cmd = [
         _need("clang"), "-g", "-O2", "-target", "bpf", "-D__TARGET_ARCH_x86",
-        "-Wall", "-Werror", "-I", str(HERE), "-c", str(src), "-o", str(obj),
+        "-Wall", "-Werror", "-I", str(HERE), "-I", str(PKG), "-c", str(src), "-o", str(obj),
     ]
     if os.path.isdir(MULTIARCH_INCLUDE):
         cmd[1:1] = ["-I", MULTIARCH_INCLUDE]
@@ -56,7 +73,7 @@ def build(vmlinux: str = "/sys/kernel/btf/vmlinux", force: bool = False) -> list
         if not os.path.exists(vmlinux):
             sys.exit(f"build: {vmlinux} not found: the kernel needs CONFIG_DEBUG_INFO_BTF=y")
         gen_vmlinux_h(vmlinux, header)
-    return [compile_one(src, force) for src in sorted(HERE.glob("*.bpf.c"))]
+    return [compile_one(src, force) for src in sources()]
 
 
 def main() -> None:

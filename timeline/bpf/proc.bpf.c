@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Process-tree tracking: fork/exec/exit/rename of the recorded tree. */
 #include "tracking.bpf.h"
+#include "proc_records.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

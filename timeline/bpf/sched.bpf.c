@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Scheduler events for the tracked tree: context switches and wakeups. */
 #include "tracking.bpf.h"
+#include "sched_records.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

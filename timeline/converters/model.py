@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .. import events as ev
-from .. import registry
+from .. import proc_records, registry, sched_records
 from ..rawlog import KIND_END, KIND_META, KIND_RING, Damage, RawLogReader
 from .call_links import CallLinks
 
@@ -250,17 +250,17 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
                     m.cpus.update(np.unique(recs["cpu"]).tolist())
                 if blk.ring in ring_fams:
                     ring_fams[blk.ring].scan_ring(blk.ring, recs)
-                elif blk.ring == ev.RING_PROC:
+                elif blk.ring == proc_records.RING_PROC:
                     procs_parts.append(recs)
-                elif blk.ring == ev.RING_SCHED:
-                    sw = recs["kind"] == ev.SCHED_SWITCH
+                elif blk.ring == sched_records.RING_SCHED:
+                    sw = recs["kind"] == sched_records.SCHED_SWITCH
                     m.n_switch += int(sw.sum())
-                    m.n_waking += int((recs["kind"] == ev.SCHED_WAKING).sum())
+                    m.n_waking += int((recs["kind"] == sched_records.SCHED_WAKING).sum())
                     f = recs["flags"]
-                    prev = recs["tid"][sw & ((f & ev.SF_PREV_TRACKED) != 0)]
-                    nxt = recs["target_tid"][sw & ((f & ev.SF_NEXT_TRACKED) != 0)]
+                    prev = recs["tid"][sw & ((f & sched_records.SF_PREV_TRACKED) != 0)]
+                    nxt = recs["target_tid"][sw & ((f & sched_records.SF_NEXT_TRACKED) != 0)]
                     tid_parts.append(np.unique(np.concatenate([prev, nxt])))
-                    fin = sw & ((f & ev.SF_PREV_TRACKED) != 0) & ((recs["arg"] & EXIT_STATES) != 0)
+                    fin = sw & ((f & sched_records.SF_PREV_TRACKED) != 0) & ((recs["arg"] & EXIT_STATES) != 0)
                     for tid, ts in zip(recs["tid"][fin].tolist(), recs["ts"][fin].tolist()):
                         m.final_switch[tid] = max(ts, m.final_switch.get(tid, 0))
             elif blk.kind == KIND_META:
@@ -277,7 +277,7 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
                 progress(blk.offset + len(blk.payload), total)
         m.damage = rd.damage
         m.finalized = rd.finalized
-    procs = np.concatenate(procs_parts) if procs_parts else np.zeros(0, ev.PROC_EVENT)
+    procs = np.concatenate(procs_parts) if procs_parts else np.zeros(0, proc_records.PROC_EVENT)
     procs = procs[np.argsort(procs["ts"], kind="stable")]
     m.n_proc = int(procs.size)
     _build_tree(m, snapshots, procs)
@@ -378,17 +378,17 @@ def _apply_proc(m: LogModel, ts: int, r) -> None:
     kind, flags = int(r["kind"]), int(r["flags"])
     tid, tgid = int(r["tid"]), int(r["tgid"])
     comm = ev.cstr(r["comm"])
-    if kind == ev.PROC_FORK:
+    if kind == proc_records.PROC_FORK:
         child, ctgid = int(r["child_tid"]), int(r["child_tgid"])
-        if flags & ev.PF_LAUNCHED and m.launched_pid is None:
+        if flags & proc_records.PF_LAUNCHED and m.launched_pid is None:
             m.launched_pid = ctgid
-        if not flags & ev.PF_LAUNCHED:  # the recorder itself is not tracked
+        if not flags & proc_records.PF_LAUNCHED:  # the recorder itself is not tracked
             parent = _thread(m, tid, tgid)
             if parent.name is None:
                 _set_name(parent, None, ev.cstr(r["old_comm"]))
         t = m.threads[child] = Thread(child, ctgid, start_ts=ts)  # a new task, even on tid reuse
         _set_name(t, ts, comm)
-        if flags & ev.PF_THREAD or child != ctgid:
+        if flags & proc_records.PF_THREAD or child != ctgid:
             _process(m, ctgid)
         else:
             pp = m.processes.get(tgid)
@@ -397,23 +397,23 @@ def _apply_proc(m: LogModel, ts: int, r) -> None:
                 p.set_cmdline(ts, pp.cmdline, pp.cmdline_is_comm)
             else:
                 p.set_cmdline(ts, [comm], True)
-    elif kind == ev.PROC_EXEC:
+    elif kind == proc_records.PROC_EXEC:
         old = int(r["child_tid"])
         if old and old != tid and old in m.threads:
             m.threads[old].end_ts = ts  # a non-leader exec took over the leader's tid
         t = _thread(m, tid, tgid)
         _set_name(t, ts, comm)
         p = _process(m, tgid)
-        argv = ev.argv_of(r)
+        argv = proc_records.argv_of(r)
         p.set_cmdline(ts, argv or [comm], not argv)
         p.name = comm
-    elif kind == ev.PROC_EXIT:
+    elif kind == proc_records.PROC_EXIT:
         t = _thread(m, tid, tgid)
         t.end_ts = ts
-        if flags & ev.PF_GROUP_DEAD:
+        if flags & proc_records.PF_GROUP_DEAD:
             p = _process(m, tgid)
             p.end_ts, p.exit_code = ts, int(r["exit_code"])
-    elif kind == ev.PROC_RENAME:
+    elif kind == proc_records.PROC_RENAME:
         t = _thread(m, tid, tgid)
         if t.name is None:
             _set_name(t, None, ev.cstr(r["old_comm"]))
@@ -488,12 +488,12 @@ class SchedNormalizer:
         if ts.size > 1 and np.any(ts[1:] < ts[:-1]):
             r = r[np.argsort(ts, kind="stable")]
         kind = r["kind"]
-        sw = r[kind == ev.SCHED_SWITCH]
-        wk = r[kind == ev.SCHED_WAKING]
+        sw = r[kind == sched_records.SCHED_SWITCH]
+        wk = r[kind == sched_records.SCHED_WAKING]
         other = OUTSIDE_TID
         f = sw["flags"]
-        prev = _shown(sw["tid"], f & ev.SF_PREV_TRACKED)
-        nxt = _shown(sw["target_tid"], f & ev.SF_NEXT_TRACKED)
+        prev = _shown(sw["tid"], f & sched_records.SF_PREV_TRACKED)
+        nxt = _shown(sw["target_tid"], f & sched_records.SF_NEXT_TRACKED)
         sts = sw["ts"].astype(np.int64)
         state = sw["arg"].astype(np.int64)
         prio = sw["prio"].astype(np.int64)
@@ -576,9 +576,9 @@ def stream(model: LogModel, normalizer: SchedNormalizer, progress: Progress = No
             if blk.kind == KIND_RING:
                 recs = _decode(blk, RING_DTYPES)
                 if recs is not None and recs.size:
-                    if blk.ring == ev.RING_SCHED:
+                    if blk.ring == sched_records.RING_SCHED:
                         yield Item(ItemKind.SCHED, chunks=normalizer.chunks(recs), nrec=int(recs.size))
-                    elif blk.ring == ev.RING_PROC:
+                    elif blk.ring == proc_records.RING_PROC:
                         recs = recs[np.lexsort((recs["ts"], recs["cpu"]))]
                         yield Item(ItemKind.PROC, recs=recs, nrec=int(recs.size))
                     elif blk.ring in family_rings:

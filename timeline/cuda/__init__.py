@@ -9,7 +9,8 @@
     resolve.py    kernel function pointers -> names through mapping snapshots
     converter.py  slices, counters and graph flows through a TrackSink
 
-The BPF side is timeline/bpf/cuda.bpf.c; docs/cuda.md explains the design.
+The BPF side is cuda.bpf.c here, its records records.h (mirrored by
+records.py); docs/cuda.md explains the design.
 """
 
 import os

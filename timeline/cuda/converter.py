@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from .. import events as ev
+from . import records as cuda_records
 from ..converters.families import FamilyConverter
 from ..converters.interface import Column, ColumnSet
 from .decode import MEMCPY_KINDS, decode_columns, launch_func, name_of, probe_table, unique_rows
@@ -44,7 +44,7 @@ MEM_COUNTERS = ("cuda.allocated_bytes", "cuda.host_allocated_bytes")
 
 
 class CudaConverter(FamilyConverter):
-    rings = (ev.RING_CUDA,)
+    rings = (cuda_records.RING_CUDA,)
     metas = ("cuda_libs", "maps", "cuda_stats")
 
     def __init__(self, model):
@@ -76,23 +76,23 @@ class CudaConverter(FamilyConverter):
 
     def _written(self, recs: np.ndarray) -> np.ndarray:
         """Records that become slices (both passes decide it the same way)."""
-        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
+        ids = (recs["cookie"] & cuda_records.CK_ID_MASK).astype(np.int64)
         known = np.array([p is not None and p.role not in BOOKKEEPING for p in self.probes] + [False], bool)
-        return (recs["kind"] != ev.CUDA_NAME) & known[np.minimum(ids, len(self.probes))]
+        return (recs["kind"] != cuda_records.CUDA_NAME) & known[np.minimum(ids, len(self.probes))]
 
     def scan_ring(self, ring: int, recs: np.ndarray) -> None:
         # Every slice this family writes can be the source of a flow another
         # family asks for (call_links.py), numbered in the order written.
         w = self._written(recs)
         self.model.call_links.offer(recs["tid"][w], recs["tgid"][w], recs["ts"][w], recs["dur"][w])
-        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
-        ok = ((recs["flags"] & ev.CF_HAS_RET) == 0) | ((recs["ret"] & 0xFFFFFFFF) == 0)
-        has_out = (recs["flags"] & ev.CF_OUT) != 0
-        names = recs["kind"] == ev.CUDA_NAME
+        ids = (recs["cookie"] & cuda_records.CK_ID_MASK).astype(np.int64)
+        ok = ((recs["flags"] & cuda_records.CF_HAS_RET) == 0) | ((recs["ret"] & 0xFFFFFFFF) == 0)
+        has_out = (recs["flags"] & cuda_records.CF_OUT) != 0
+        names = recs["kind"] == cuda_records.CUDA_NAME
         for rec in recs[names & ok & has_out]:
             key = (int(rec["tgid"]), int(rec["out"]))
             self.fn_names[key] = name_of(rec)
-            if rec["flags"] & ev.CF_TRUNC:
+            if rec["flags"] & cuda_records.CF_TRUNC:
                 self.fn_cut.add(key)
         calls = ~names
         for pid_ in np.unique(ids[calls]).tolist():
@@ -287,7 +287,7 @@ class CudaConverter(FamilyConverter):
         n = recs.size
         if not n:
             return
-        ids = (recs["cookie"] & ev.CK_ID_MASK).astype(np.int64)
+        ids = (recs["cookie"] & cuda_records.CK_ID_MASK).astype(np.int64)
         # Rows grouped by probe (in log order within a probe): each probe's
         # records are then a contiguous slice.
         order = np.argsort(ids, kind="stable")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import events as ev
+from . import records as cuda_records
 from ..converters.interface import Column
 from .probes import BY_NAME, DRIVER, NCCL, RUNTIME, Probe, Role
 
@@ -107,7 +107,7 @@ def decode_group(p: Probe, recs: np.ndarray) -> list[dict]:
         col = recs["out"] if slot == "out" else a[:, slot]
         vals = _column(fmt, col)
         if slot == "out":
-            ok = (recs["flags"] & ev.CF_OUT) != 0
+            ok = (recs["flags"] & cuda_records.CF_OUT) != 0
             ok &= _i32(recs["ret"]) == 0
             for r, v, good in zip(rows, vals, ok.tolist()):
                 if good:
@@ -127,7 +127,7 @@ def decode_group(p: Probe, recs: np.ndarray) -> list[dict]:
             size = next((s for name, s in NCCL_TYPES.values() if name == r.get("datatype")), 0)
             if size:
                 r["bytes"] = r["count"] * size
-    has_ret = ((recs["flags"] & ev.CF_HAS_RET) != 0).tolist()
+    has_ret = ((recs["flags"] & cuda_records.CF_HAS_RET) != 0).tolist()
     errs = ERRORS.get(p.api, {})
     for r, hr, ret in zip(rows, has_ret, _i32(recs["ret"]).tolist()):
         if hr:
@@ -190,7 +190,7 @@ def decode_columns(p: Probe, recs: np.ndarray) -> list[Column]:
             cols[key] = Column(key, "str", np.zeros(n, np.intp), [fmt])
         elif slot == "out":  # read through the result pointer: only from successful calls
             c = cols[key] = _field_column(key, fmt, recs["out"])
-            c.present = ((recs["flags"] & ev.CF_OUT) != 0) & (_i32(recs["ret"]) == 0)
+            c.present = ((recs["flags"] & cuda_records.CF_OUT) != 0) & (_i32(recs["ret"]) == 0)
         else:
             cols[key] = _field_column(key, fmt, a[:, slot])
     lo = lambda c: (c & 0xFFFFFFFF).astype(np.uint32)  # noqa: E731
@@ -211,7 +211,7 @@ def decode_columns(p: Probe, recs: np.ndarray) -> list[Column]:
         size = np.array([next((sz for nm, sz in NCCL_TYPES.values() if nm == s), 0) for s in dt.strings],
                         np.uint64)[dt.values]
         cols["bytes"] = Column("bytes", "int", cols["count"].values * size, present=size > 0)
-    has_ret = (recs["flags"] & ev.CF_HAS_RET) != 0
+    has_ret = (recs["flags"] & cuda_records.CF_HAS_RET) != 0
     ret = _i32(recs["ret"])
     cols["ret"] = Column("ret", "int", ret.astype(np.int64), present=has_ret)
     errs = ERRORS.get(p.api, {})

@@ -1,13 +1,14 @@
-"""Descriptor of the cuda family: CUDA runtime, driver and NCCL calls (uprobes)."""
+"""Descriptor of the cuda family: CUDA runtime, driver and NCCL calls (uprobes).
+
+BPF program cuda.bpf.c and record layout records.h (mirrored by records.py) are beside it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import click
 
-from .. import events as ev
 from ..family import MIB, Family, Ring, option
-from . import kernel_supported
+from . import kernel_supported, records
 
 CUDA_MODES = ("full", "entry-only")
 
@@ -41,7 +42,8 @@ class CudaOptions:
 CUDA = Family(
     name="cuda",
     help="CUDA runtime/driver and NCCL calls (uprobes; Linux >= 5.15)",
-    rings=(Ring(ev.RING_CUDA, ev.CUDA_EVENT, "tl_cuda_event", ev.CudaKind, "cuda_ring", 16 * MIB),),
+    rings=(Ring(records.RING_CUDA, records.CUDA_EVENT, "tl_cuda_event", records.CudaKind, "cuda_ring", 16 * MIB,
+                header="cuda/records.h"),),
     bpf_object="cuda.bpf.o",
     plugin_programs=("tl_cuda_entry", "tl_cuda_enter", "tl_cuda_exit"),
     prepare="timeline.cuda.attach:prepare",

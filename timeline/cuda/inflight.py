@@ -15,7 +15,7 @@ import struct
 
 import numpy as np
 
-from .. import events as ev
+from . import records as cuda_records
 
 PIDFD_THREAD = os.O_EXCL  # pidfd_open on a thread, not only a process leader (Linux 6.9)
 DEPTH = 4
@@ -49,9 +49,9 @@ def open_calls(tls_map, tid: int) -> list[tuple[int, int, tuple]]:
 
 def records(calls: list[tuple[int, int, int, int, tuple]], now_ns: int) -> np.ndarray:
     """Ring records for open calls given as (tgid, tid, ts, cookie, args)."""
-    recs = np.zeros(len(calls), ev.CUDA_EVENT)
+    recs = np.zeros(len(calls), cuda_records.CUDA_EVENT)
     for r, (tgid, tid, ts, cookie, args) in zip(recs, calls):
         r["ts"], r["dur"], r["cookie"], r["tid"], r["tgid"] = ts, max(now_ns - ts, 0), cookie, tid, tgid
         r["args"] = args
-        r["kind"], r["flags"] = ev.CUDA_CALL, CF_IN_FLIGHT
+        r["kind"], r["flags"] = cuda_records.CUDA_CALL, CF_IN_FLIGHT
     return recs

@@ -32,6 +32,7 @@ from ..libbpf import BPFError
 from ..recorder_plugins import RecorderContext, RecorderPlugin
 from . import attach
 from . import discovery as dsc
+from . import records as cuda_records
 from .family import CUDA_MODES
 from .probes import APIS, PROBES, Role, probes_for, table_meta
 from .symbols import ElfSymbols
@@ -101,7 +102,7 @@ class CudaPlugin(RecorderPlugin):
                                    Role.COMM_INIT, Role.COMM_SPLIT) for p in PROBES] + [False])
 
     def _ids(self, rows):
-        ids = (field(rows, ev.RING_CUDA, "cookie") & ev.CK_ID_MASK).astype(np.int64)
+        ids = (field(rows, cuda_records.RING_CUDA, "cookie") & cuda_records.CK_ID_MASK).astype(np.int64)
         return np.minimum(ids, len(PROBES))  # an unknown id -> the trailing False
 
     def capture_range(self) -> str:
@@ -109,10 +110,10 @@ class CudaPlugin(RecorderPlugin):
         return self.options.capture_range if self.options.capture_range == "cudaProfilerApi" else ""
 
     def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
-        if ring != ev.RING_CUDA or not self.capture_range():
+        if ring != cuda_records.RING_CUDA or not self.capture_range():
             return []
         ids = self._ids(rows)
-        calls = field(rows, ring, "kind") != ev.CUDA_NAME
+        calls = field(rows, ring, "kind") != cuda_records.CUDA_NAME
         on, off = self._START[ids] & calls, self._STOP[ids] & calls
         if not (on.any() or off.any()):
             return []
@@ -121,9 +122,9 @@ class CudaPlugin(RecorderPlugin):
         return sorted([(int(t), True) for t in ts[on]] + [(int(t), False) for t in ts[off]])
 
     def always_keep(self, ring: int, rows):
-        if ring != ev.RING_CUDA:
+        if ring != cuda_records.RING_CUDA:
             return None
-        return self._ALWAYS[self._ids(rows)] | (field(rows, ring, "kind") == ev.CUDA_NAME)
+        return self._ALWAYS[self._ids(rows)] | (field(rows, ring, "kind") == cuda_records.CUDA_NAME)
 
     # -- plugin hooks -------------------------------------------------------
     def preflight(self) -> None:
@@ -181,7 +182,7 @@ class CudaPlugin(RecorderPlugin):
     # -- hangs (timeline.hang) -----------------------------------------------
     def progress(self, ctx: RecorderContext) -> int:
         """Grows while CUDA/NCCL calls return: the cuda ring's record count."""
-        return ctx.session.readers[ev.RING_CUDA].records
+        return ctx.session.readers[cuda_records.RING_CUDA].records
 
     def in_flight(self, ctx: RecorderContext, threads: dict[int, int], now_ns: int) -> dict[int, dict]:
         """tid -> the innermost call open on it ({"call", "since"}); the open calls
@@ -195,10 +196,10 @@ class CudaPlugin(RecorderPlugin):
             calls += [(tgid, tid, ts, ck, args) for ts, ck, args in inflight.open_calls(tls, tid)]
         if not calls:
             return {}
-        ctx.write_ring(ev.RING_CUDA, ev.encode_ring_bytes(inflight.records(calls, now_ns)))
+        ctx.write_ring(cuda_records.RING_CUDA, ev.encode_ring_bytes(inflight.records(calls, now_ns)))
         out = {}
         for tgid, tid, ts, ck, _ in calls:  # outermost first: the innermost wins
-            pid = ck & ev.CK_ID_MASK
+            pid = ck & cuda_records.CK_ID_MASK
             out[tid] = {"call": PROBES[pid].name if pid < len(PROBES) else f"probe {pid}", "since": ts}
         return out
 
@@ -256,7 +257,7 @@ class CudaPlugin(RecorderPlugin):
         live = ctx.processes  # replaced by the context whenever a process comes, goes or execs
         # CUDA calls just happened: check now, so the maps that name their
         # kernels are snapshotted before a short-lived process can exit.
-        records = ctx.session.readers[ev.RING_CUDA].records
+        records = ctx.session.readers[cuda_records.RING_CUDA].records
         active = records != self.seen_records and now >= self.next_active
         if not (force or active or live is not self.live or now >= self.next_due):
             return  # the common tick: nothing is due

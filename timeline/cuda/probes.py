@@ -3,7 +3,7 @@
 Each Probe names an exported function, what the BPF side must copy (stack
 slots, a launch config struct, a value returned through a pointer, a string)
 and how user space turns the raw argument slots into slice args.  The probe id
-travels in the attach cookie (see TL_CK_* in timeline/bpf/events.h); the raw
+travels in the attach cookie (see TL_CK_* in timeline/cuda/records.h); the raw
 log stores the id -> name table, so a log stays readable if this list changes.
 
 Argument slots (x86-64 SysV): 0-5 = rdi rsi rdx rcx r8 r9, 6-8 = [sp+8],
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .. import events as ev
+from . import records as cuda_records
 
 RUNTIME, DRIVER, NCCL = "runtime", "driver", "nccl"
 CATEGORY = {RUNTIME: "cuda", DRIVER: "cuda_driver", NCCL: "nccl"}
@@ -68,19 +68,19 @@ class Probe:
     def cookie(self) -> int:
         ck = self.id
         if self.out is not None:
-            ck |= (self.out + 1) << ev.CK_OUT_SHIFT
+            ck |= (self.out + 1) << cuda_records.CK_OUT_SHIFT
         if self.string is not None:
-            ck |= (self.string + 1) << ev.CK_STR_SHIFT
+            ck |= (self.string + 1) << cuda_records.CK_STR_SHIFT
         if self.api == RUNTIME:
-            ck |= ev.CK_RUNTIME
+            ck |= cuda_records.CK_RUNTIME
         if self.api == DRIVER and self.nested_drop:
-            ck |= ev.CK_DRIVER
+            ck |= cuda_records.CK_DRIVER
         if self.stack:
-            ck |= ev.CK_STACK
+            ck |= cuda_records.CK_STACK
         if self.config:
-            ck |= ev.CK_CONFIG
+            ck |= cuda_records.CK_CONFIG
         if self.launch:
-            ck |= ev.CK_LAUNCH
+            ck |= cuda_records.CK_LAUNCH
         return ck
 
 
@@ -227,7 +227,7 @@ def _table() -> list[Probe]:
 PROBES: list[Probe] = _table()
 BY_NAME: dict[str, Probe] = {p.name: p for p in PROBES}
 APIS = (RUNTIME, DRIVER, NCCL)
-assert len(PROBES) <= ev.CK_ID_MASK + 1
+assert len(PROBES) <= cuda_records.CK_ID_MASK + 1
 
 
 def probes_for(api: str) -> list[Probe]:

@@ -8,25 +8,13 @@ recorder plugin (timeline/gpu/plugin.py) stores them under ring 7
 """
 from __future__ import annotations
 
-import enum
-
 from ..family import Family, Ring
 from . import records
-
-
-class GpuKind(enum.IntEnum):
-    gpu_kernel = records.KERNEL
-    gpu_memcpy = records.MEMCPY
-    gpu_memset = records.MEMSET
-    gpu_api = records.API
-    nvtx_range = records.NVTX
-    gpu_sync = records.SYNC
-
 
 GPU = Family(
     name="gpu",
     help="GPU kernels, copies and NVTX ranges (CUPTI injection; launched commands only)",
-    rings=(Ring(records.RING_GPU, records.GPU_RECORD, "tl_gpu_record", GpuKind),),
+    rings=(Ring(records.RING_GPU, records.GPU_RECORD, "tl_gpu_record", records.GpuKind, header="gpu/records.h"),),
     requires="a launched command (not --pid) whose CUDA environment has libcupti",
     plugin="timeline.gpu.plugin:GpuPlugin",
     converters=("timeline.gpu.converter:GpuConverter",),

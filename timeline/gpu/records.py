@@ -3,6 +3,7 @@
 records.h is the one definition; tests/test_gpu_records.py compiles it and checks this mirror agrees.
 The wire parsers here treat every byte as hostile: each length is bounded before anything is read.
 """
+import enum
 import struct
 
 import numpy as np
@@ -20,6 +21,17 @@ MSG_HEADER = struct.Struct("<II")
 
 KERNEL, MEMCPY, MEMSET, API, NVTX, SYNC = 1, 2, 3, 4, 5, 6
 KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", API: "api", NVTX: "nvtx", SYNC: "sync"}
+
+
+class GpuKind(enum.IntEnum):
+    """The `kind` field's values, named as the recorder's summary names them."""
+    gpu_kernel = KERNEL
+    gpu_memcpy = MEMCPY
+    gpu_memset = MEMSET
+    gpu_api = API
+    nvtx_range = NVTX
+    gpu_sync = SYNC
+
 
 GF_DRIVER, GF_GRAPH, GF_PEER, GF_OPEN = 1, 2, 4, 8
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import events as ev
 from ..converters.families import FamilyConverter
+from . import block_records
 from .devices import kdev
 
 BIN_NS = 100_000_000
@@ -25,9 +26,10 @@ _OP_RWBS = {0: "R", 1: "W", 2: "F", 3: "D", 5: "DE"}
 
 
 def rwbs(op: int, flags: int) -> str:
-    s = "F" if flags & ev.BF_PREFLUSH else ""
+    s = "F" if flags & block_records.BF_PREFLUSH else ""
     s += _OP_RWBS.get(op, "N")
-    for bit, c in ((ev.BF_FUA, "F"), (ev.BF_RAHEAD, "A"), (ev.BF_SYNC, "S"), (ev.BF_META, "M")):
+    for bit, c in ((block_records.BF_FUA, "F"), (block_records.BF_RAHEAD, "A"), (block_records.BF_SYNC, "S"),
+                   (block_records.BF_META, "M")):
         if flags & bit:
             s += c
     return s
@@ -39,7 +41,7 @@ def disk_name(r) -> str:
 
 
 class BlockConverter(FamilyConverter):
-    rings = (ev.RING_BLOCK,)
+    rings = (block_records.RING_BLOCK,)
 
     def __init__(self, model):
         super().__init__(model)
@@ -65,7 +67,7 @@ class BlockConverter(FamilyConverter):
                 "dev": dev, "disk": disk, "sector": c["sector"][i], "bytes": c["bytes"][i], "rw": rwbs(op, flags),
                 "tid": tid, "pid": c["tgid"][i], "thread": self.model.thread_name(tid) or None,
                 "queue_ns": issue - ts if issue else None, "device_ns": done - issue if issue else None,
-                "status": c["status"][i] or None, "partial": True if flags & ev.BF_PARTIAL else None,
+                "status": c["status"][i] or None, "partial": True if flags & block_records.BF_PARTIAL else None,
             }
             sink.async_slice(f"{disk or dev} I/O", ts, done - ts, OPS.get(op, f"op{op}"), "block_io", args)
 
@@ -101,7 +103,7 @@ class BlockConverter(FamilyConverter):
 
     @staticmethod
     def _in_flight(sink, disk: str, a: np.ndarray) -> None:
-        ends = (a["flags"] & ev.BF_PARTIAL) == 0  # a partial completion does not end its request
+        ends = (a["flags"] & block_records.BF_PARTIAL) == 0  # a partial completion does not end its request
         starts = a["ts"].astype(np.int64)
         # A request with partial completions has one record per chunk: only
         # its first chunk opens it (later chunks start at the previous end).

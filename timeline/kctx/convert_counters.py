@@ -11,7 +11,7 @@ voluntary_switches, involuntary_switches, read_bytes, write_bytes.
 """
 from __future__ import annotations
 
-from .. import events as ev
+from . import counters_records
 from ..converters.families import FamilyConverter
 
 GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "sm_clock_mhz", "power_w",
@@ -22,7 +22,7 @@ TOTALS = (("utime_ns", "utime_ns"), ("stime_ns", "stime_ns"), ("min_flt", "minor
 
 
 class CountersConverter(FamilyConverter):
-    rings = (ev.RING_COUNTERS,)
+    rings = (counters_records.RING_COUNTERS,)
     metas = ("kctx_samples",)
 
     def __init__(self, model):

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import events as ev
 from ..converters.families import FamilyConverter
+from . import ioctl_records
 from .devices import file_path
 from .ioctl_names import GENERIC, NV_ALLOC_ESCAPES, NV_ESC_RM_CONTROL, generic_name, ioc_decode, nvidia_name
 
@@ -21,7 +22,7 @@ TOP_REQUESTS = 20  # per-request args on the summary instant
 
 
 class IoctlConverter(FamilyConverter):
-    rings = (ev.RING_IOCTL,)
+    rings = (ioctl_records.RING_IOCTL,)
     metas = ("kctx_devices", "ioctl_counts")
 
     def __init__(self, model):
@@ -44,13 +45,13 @@ class IoctlConverter(FamilyConverter):
             name_s, parent_s = ev.cstr(cols["name"][i]), ev.cstr(cols["parent"][i])
             path = file_path(cols["mode"][i], cols["rdev"][i], cols["ino"][i], name_s, parent_s, self.devices)
             args = {"fd": cols["fd"][i], "path": path, "request": f"{req:#x}", "ret": cols["ret"][i]}
-            if flags & ev.IOF_NVIDIA:
+            if flags & ioctl_records.IOF_NVIDIA:
                 esc = cols["esc"][i]
                 name = nvidia_name(req, esc, name_s.startswith("nvidia-uvm"))
-                if flags & ev.IOF_DETAIL:
+                if flags & ioctl_records.IOF_DETAIL:
                     key = "rm_cmd" if esc == NV_ESC_RM_CONTROL else "rm_class" if esc in NV_ALLOC_ESCAPES else "detail"
                     args[key] = f"{cols['detail'][i]:#x}"
-                if flags & ev.IOF_XFER:
+                if flags & ioctl_records.IOF_XFER:
                     args["xfer"] = True
             else:
                 name = generic_name(req)

@@ -1,12 +1,15 @@
-"""Descriptors of the kernel-context families: ioctl, block, counters."""
+"""Descriptors of the kernel-context families: ioctl, block, counters.
+
+Each has its BPF program (ioctl.bpf.c) and its record layout (ioctl_records.h,
+mirrored by ioctl_records.py) beside this file."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import click
 
-from .. import events as ev
 from ..family import MIB, Family, Ring, option
+from . import block_records, counters_records, ioctl_records
 
 IOCTL_MODES = ("gpu", "all")
 
@@ -51,7 +54,8 @@ class CountersOptions:
 IOCTL = Family(
     name="ioctl",
     help="ioctls on GPU devices (all ioctls with --ioctl all)",
-    rings=(Ring(ev.RING_IOCTL, ev.IOCTL_EVENT, "tl_ioctl_event", ev.IoctlKind, "ioctl_ring", 4 * MIB),),
+    rings=(Ring(ioctl_records.RING_IOCTL, ioctl_records.IOCTL_EVENT, "tl_ioctl_event", ioctl_records.IoctlKind,
+                "ioctl_ring", 4 * MIB, header="kctx/ioctl_records.h"),),
     bpf_object="ioctl.bpf.o",
     programs=("tl_ioctl_enter", "tl_ioctl_exit"),
     options=IoctlOptions,
@@ -62,7 +66,8 @@ IOCTL = Family(
 BLOCK = Family(
     name="block",
     help="block device requests (disk I/O) of the recorded threads",
-    rings=(Ring(ev.RING_BLOCK, ev.BLOCK_EVENT, "tl_block_event", ev.BlockKind, "block_ring", 2 * MIB),),
+    rings=(Ring(block_records.RING_BLOCK, block_records.BLOCK_EVENT, "tl_block_event", block_records.BlockKind,
+                "block_ring", 2 * MIB, header="kctx/block_records.h"),),
     bpf_object="block.bpf.o",
     programs=("tl_blk_insert", "tl_blk_issue", "tl_blk_done"),
     converters=("timeline.kctx.convert_block:BlockConverter",),
@@ -71,8 +76,8 @@ BLOCK = Family(
 COUNTERS = Family(
     name="counters",
     help="per-thread totals at exit, sampled RSS/CPU/faults and NVML GPU counters",
-    rings=(Ring(ev.RING_COUNTERS, ev.COUNTERS_EVENT, "tl_counters_event", ev.CountersKind, "counters_ring",
-                MIB // 4),),
+    rings=(Ring(counters_records.RING_COUNTERS, counters_records.COUNTERS_EVENT, "tl_counters_event",
+                counters_records.CountersKind, "counters_ring", MIB // 4, header="kctx/counters_records.h"),),
     bpf_object="counters.bpf.o",
     programs=("tl_cnt_exit",),
     options=CountersOptions,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 import threading
 
-from .. import events
 from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from .devices import scan_dev

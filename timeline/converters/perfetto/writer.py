@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ... import __version__
+from ... import __version__, proc_records
 from ... import events as ev
 from ..model import CpuSched, LogModel
 from ...ranks import RANK_VARS, rank_label
@@ -217,25 +217,25 @@ class PerfettoWriter:
         # A process's cmdline goes in 1 ns after its fork/exec: trace_processor
         # creates the process at task_newtask, and a process_tree entry that
         # sorted before it would land on the previous holder of the pid.
-        new = (recs["kind"] == ev.PROC_EXEC) | (
-            (recs["kind"] == ev.PROC_FORK) & (recs["child_tid"] == recs["child_tgid"])
-            & ((recs["flags"] & ev.PF_THREAD) == 0))
+        new = (recs["kind"] == proc_records.PROC_EXEC) | (
+            (recs["kind"] == proc_records.PROC_FORK) & (recs["child_tid"] == recs["child_tgid"])
+            & ((recs["flags"] & proc_records.PF_THREAD) == 0))
         for r in recs[new]:
-            pid = int(r["child_tgid"] if r["kind"] == ev.PROC_FORK else r["tgid"])
+            pid = int(r["child_tgid"] if r["kind"] == proc_records.PROC_FORK else r["tgid"])
             self._process_tree(int(r["ts"]) + 1, [pid], [])
 
     def _proc_event(self, bundle, r) -> None:
         ts, kind, flags = int(r["ts"]), int(r["kind"]), int(r["flags"])
         tid, tgid = int(r["tid"]), int(r["tgid"])
         comm = ev.cstr(r["comm"])
-        if kind == ev.PROC_FORK:
+        if kind == proc_records.PROC_FORK:
             e = bundle.event.add(timestamp=ts, pid=tid)
             e.task_newtask.pid = int(r["child_tid"])
             e.task_newtask.comm = comm
-            thread = flags & ev.PF_THREAD or r["child_tid"] != r["child_tgid"]
+            thread = flags & proc_records.PF_THREAD or r["child_tid"] != r["child_tgid"]
             e.task_newtask.clone_flags = (CLONE_THREAD | CLONE_VM | CLONE_SIGHAND) if thread else SIGCHLD
-        elif kind == ev.PROC_EXEC:
-            argv = ev.argv_of(r)
+        elif kind == proc_records.PROC_EXEC:
+            argv = proc_records.argv_of(r)
             e = bundle.event.add(timestamp=ts, pid=tid)
             e.sched_process_exec.filename = argv[0] if argv else comm
             e.sched_process_exec.pid = tid
@@ -247,7 +247,7 @@ class PerfettoWriter:
             if old:
                 e.task_rename.oldcomm = old
             e.task_rename.newcomm = comm
-        elif kind == ev.PROC_EXIT:
+        elif kind == proc_records.PROC_EXIT:
             e = bundle.event.add(timestamp=ts, pid=tid)
             e.sched_process_exit.pid = tid
             e.sched_process_exit.tgid = tgid
@@ -260,13 +260,13 @@ class PerfettoWriter:
             # after the exit tracepoint (teardown of mm, files...).
             th = self.m.threads.get(tid)
             free_ts = max(ts, th.end_ts) if th is not None and th.end_ts is not None else ts
-            if tid == tgid and not flags & ev.PF_GROUP_DEAD:
+            if tid == tgid and not flags & proc_records.PF_GROUP_DEAD:
                 self._early_leaders[tgid] = comm
             else:
                 self._free(bundle, free_ts, tid, comm)
-            if flags & ev.PF_GROUP_DEAD and tgid in self._early_leaders:
+            if flags & proc_records.PF_GROUP_DEAD and tgid in self._early_leaders:
                 self._free(bundle, free_ts, tgid, self._early_leaders.pop(tgid))
-        elif kind == ev.PROC_RENAME:
+        elif kind == proc_records.PROC_RENAME:
             e = bundle.event.add(timestamp=ts, pid=tid)
             e.task_rename.pid = tid
             e.task_rename.oldcomm = ev.cstr(r["old_comm"])

@@ -11,6 +11,7 @@
  * threads submit on the tree's behalf is not attributed to it.
  */
 #include "tracking.bpf.h"
+#include "block_records.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

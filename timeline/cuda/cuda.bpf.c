@@ -3,7 +3,7 @@
  * CUDA runtime, driver and NCCL calls of the tracked tree.
  *
  * Three generic programs serve every probed function; the attach cookie says
- * which function it is and what to copy (TL_CK_* in events.h).  Arguments are
+ * which function it is and what to copy (TL_CK_* in records.h).  Arguments are
  * copied raw and decoded in user space, in bulk.
  *
  *   tl_cuda_entry  uprobe, entry-only: one record at entry (lowest cost).
@@ -18,6 +18,7 @@
  * return (longjmp, a probe attached mid-call) never leaves a stale marker.
  */
 #include "tracking.bpf.h"
+#include "records.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

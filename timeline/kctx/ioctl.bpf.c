@@ -9,6 +9,7 @@
  * ioctl_config[0] bit 0 records every ioctl.
  */
 #include "tracking.bpf.h"
+#include "ioctl_records.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

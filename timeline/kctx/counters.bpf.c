@@ -8,6 +8,7 @@
  * only on exits, so it costs nothing while the tree runs.
  */
 #include "tracking.bpf.h"
+#include "counters_records.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
