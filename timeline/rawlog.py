@@ -123,6 +123,7 @@ class RawLogWriter:
             out.close()
             raise
         self.path = path if publish else out.tmp
+        self._unpublished = None if publish else out  # removed again if the log cannot even start
         self.fd = out.fd
         self.bytes_written = 0  # accepted so far (queued or on disk)
         self.on_disk = 0        # written whole (a failed block is cut off again)
@@ -131,7 +132,7 @@ class RawLogWriter:
         try:
             self._write_all([MAGIC])
         except BaseException:  # no room even for the magic: the (empty) file stays, the fd does not
-            self.close()
+            self._abandon()
             raise
         self.bytes_written += len(MAGIC)
         if background:
@@ -145,8 +146,14 @@ class RawLogWriter:
         try:
             self.write_meta({"type": "header", **header})
         except BaseException:
-            self.close()
+            self._abandon()
             raise
+        self._unpublished = None
+
+    def _abandon(self) -> None:
+        self.close()
+        if self._unpublished is not None:
+            self._unpublished.discard()
 
     def read_fd(self) -> int:
         """A new descriptor on this log, for reading it back (the caller closes it):

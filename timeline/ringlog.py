@@ -30,7 +30,7 @@ from . import events
 from .capture import CaptureWindow, as_rows, copy_cut, timed_strides
 from .errors import UserError
 from .rawlog import KIND_META, KIND_RING, RawLogFull, RawLogReader, RawLogWriter, dumps_meta
-from .safe_output import remove
+from .safe_output import as_user, remove
 
 SEGMENTS_PER_WINDOW = 4
 
@@ -53,6 +53,21 @@ class Segment:
             os.close(self.fd)
             self.fd = -1
         remove(self.path, user)
+
+
+def _link_name(tmp: str, path: str) -> str:
+    """Run as the user: link `tmp` to `path`, else to an unpredictable name
+    next to it, and drop `tmp`; the name it now has (tmp if no link could be made)."""
+    for name in (path, f"{path}-{secrets.token_hex(4)}"):
+        try:
+            os.link(tmp, name)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links on this file system: it keeps its temporary name
+            return tmp
+        os.unlink(tmp)
+        return name
+    return tmp
 
 
 class SegmentedLog:
@@ -81,21 +96,22 @@ class SegmentedLog:
 
     # -- writing ------------------------------------------------------------
     def _create(self, n: int) -> RawLogWriter:
-        """Segment n's writer.  Its usual name may be taken (planted in advance
-        by the target, or by another user in a sticky /tmp): then another,
-        unpredictable one; the Segment records whichever was used.  OSError or
-        UserError when neither can be created; RawLogFull when there is no room."""
-        path = f"{self.path}.seg{n:06d}"
-        header = {**self.header, "ring_segment": n}
-        for name in (path, f"{path}-{secrets.token_hex(4)}"):
-            try:
-                return RawLogWriter(name, header, mode=self.mode, user=self.user, background=True)
-            except RawLogFull:
-                remove(name, self.user)  # an empty file at most: give the name (and inode) back
-                raise
-            except (OSError, UserError) as e:
-                err = e
-        raise err
+        """Segment n's writer, created under OutputFile's unpredictable temporary
+        name, then given its usual name by link(), which replaces nothing: a
+        name planted in advance (by the target, or by another user in a sticky
+        /tmp) means another, unpredictable one, and the Segment records
+        whichever it got.  What the name names later does not matter: the
+        segment is read back through its descriptor.  OSError or UserError when
+        it cannot be created; RawLogFull when there is no room."""
+        w = RawLogWriter(f"{self.path}.seg{n:06d}", {**self.header, "ring_segment": n}, mode=self.mode,
+                         user=self.user, background=True, publish=False)
+        try:
+            w.path = as_user(self.user, lambda: (_link_name(w.path, f"{self.path}.seg{n:06d}"), None))[0]
+        except BaseException:
+            w.close()
+            remove(w.path, self.user)
+            raise
+        return w
 
     def _new_segment(self, now: int) -> tuple[RawLogWriter, Segment]:
         w = self._create(self._n + 1)

@@ -277,6 +277,14 @@ def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_o
     sys.exit(res.exit_code)
 
 
+def _segments_line(res) -> str:
+    """Where a ring's recording is when it could not be gathered into one raw log."""
+    segs = [printable(p) for p in res.kept_segments]
+    where = segs[0] if len(segs) == 1 else f"{len(segs)} ring segments, {segs[0]} to {segs[-1]}"
+    return (f"the recording is kept in {where} (each a raw log `timeline convert` reads; "
+            "the last holds the latest events)")
+
+
 def _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw, say) -> None:
     """The summary's last lines and the trace, from the raw log the recorder
     wrote, read back through the descriptor it kept (res.raw_fd), never by name."""
@@ -291,16 +299,15 @@ def _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw,
     for line in drop_warnings(res.drops, res.drop_causes):
         click.echo(f"timeline: warning: {printable(line)}", err=True)
     if res.disk_full is not None:
+        lost = ("events after that were not recorded" if res.raw_fd >= 0 else
+                f"{res.raw_error or 'no raw log'}: {_segments_line(res)}")
         click.echo(f"timeline: error: the disk holding {printable(raw)} filled up ({res.disk_full.strerror}): "
-                   f"recording stopped there and the command ran on; {human_bytes(res.disk_full.kept)} of raw "
-                   "log kept, events after that were not recorded", err=True)
-    if res.raw_fd < 0:  # --ring: the last DURATION could not be gathered into one raw log
-        segs = res.kept_segments
-        where = (f"{printable(segs[0])}" if len(segs) == 1 else
-                 f"{len(segs)} ring segments, {printable(segs[0])} to {printable(segs[-1])}")
-        click.echo(f"timeline: error: {printable(res.raw_error or 'no raw log')}: the recording is kept in "
-                   f"{where} (each a raw log `timeline convert` reads; the last holds the latest events)",
-                   err=True)
+                   f"recording stopped there and the command ran on; "
+                   + (f"{human_bytes(res.disk_full.kept)} of raw log kept, " if res.raw_fd >= 0 else "")
+                   + lost, err=True)
+    elif res.raw_fd < 0:  # --ring: the last DURATION could not be gathered into one raw log
+        click.echo(f"timeline: error: {printable(res.raw_error or 'no raw log')}: {_segments_line(res)}", err=True)
+    if res.raw_fd < 0:
         sys.exit(EXIT_NO_TRACE)
     if raw_only:
         say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
