@@ -192,6 +192,33 @@ def test_ring_segment_names_planted_in_advance(udir, secret_raw, sticky):
     assert sorted(glob.glob(raw + ".seg*")) == sorted(planted)  # ours, under other names, removed at the end
 
 
+LOCKS_ITS_DIRECTORY = textwrap.dedent("""
+    import os, sys, time
+    d = sys.argv[1]
+    def busy(s):
+        end = time.time() + s
+        while time.time() < end: time.sleep(0.002)
+    busy(0.5)
+    os.chmod(d, 0o555)  # no new segment can be created for a while
+    busy(1.5)
+    os.chmod(d, 0o755)
+    busy(0.3)
+    print("ran", flush=True)
+""")
+
+
+def test_ring_segment_that_cannot_be_created_costs_one_line(udir):
+    require_root()
+    out, raw = os.path.join(udir, "r.pftrace"), os.path.join(udir, "r.tlraw")
+    cp = record("-e", "sched", "--ring", "1s", "--keep-raw", "-o", out, "--", USER_PYTHON, "-c",
+                LOCKS_ITS_DIRECTORY, udir)
+    err = cp.stderr.decode(errors="replace")
+    assert cp.returncode == 0 and b"Traceback" not in cp.stderr, err
+    lines = problem_lines(cp)
+    assert len(lines) == 1 and "cannot start a new segment" in lines[0] and "ermission denied" in lines[0], err
+    assert_trace_of(out, raw, "chmod")
+
+
 # -- --ring: FIFOs at dump names -----------------------------------------------
 # Two processes of the job exit non-zero: each triggers a dump while recording goes on.
 TWO_FAILURES = textwrap.dedent("""

@@ -341,6 +341,7 @@ class Recorder:
         consumer = _Consumer(session, writer, cfg.poll_interval)
         if isinstance(writer, SegmentedLog):
             writer.always = consumer._always_keep
+            writer.warn = self._warn
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
         ctx.window_holder = consumer
         proc: subprocess.Popen | None = None

@@ -89,7 +89,9 @@ class SegmentedLog:
         self.always = None
         self.frozen = False  # recording is stopping: no more rotations (nothing the exit dump needs is dropped)
         self._strides = {int(k): v["stride"] for k, v in header["rings"].items()}
-        self.warnings: list[str] = []  # for the summary (a segment that could not be created)
+        self.warnings: list[str] = []  # what went wrong, for the summary, unless `warn` is replaced
+        self.warn = self.warnings.append  # callable(line): a segment that could not be created (said once)
+        self._warned = False
         self._next_rotation = 0
         self.writer, seg = self._new_segment(boottime_ns())
         self.segments.append(seg)
@@ -121,6 +123,7 @@ class SegmentedLog:
             seg = Segment(w.path, now, len(self._state), fd=w.read_fd())
         except BaseException:
             w.close()
+            remove(w.path, self.user)
             raise
         self._n += 1
         self._next_rotation = now + self.seg_ns
@@ -140,10 +143,11 @@ class SegmentedLog:
             raise  # no room: the recording stops (Recorder), as for a plain log
         except (OSError, UserError) as e:
             self._next_rotation = now + self.seg_ns  # try again one period later
-            if not self.warnings:
+            if not self._warned:
+                self._warned = True
                 why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-                self.warnings.append(f"ring: cannot start a new segment ({why}); "
-                                     f"{self.segments[-1].path} goes on growing instead")
+                self.warn(f"ring: cannot start a new segment ({why}); {self.segments[-1].path} goes on "
+                          "growing instead")
             return
         self._close_current(now)
         self.writer = w
