@@ -610,12 +610,10 @@ class Recorder:
         path = self.cfg.raw_path
         ring_disk = max(writer.max_disk, writer.disk_bytes())
         writer.close()
-        consumer.ctx.summary.extend(f"warning: {w}" for w in writer.warnings)
         error = None
         try:
             size, fd = writer.dump(path, stats, now=stop_ts, keep_fd=True)
         except RawLogFull as e:
-            consumer.disk_full = consumer.disk_full or e
             error = f"no room for {path} ({e.strerror})"
         except UserError as e:
             error = str(e)
