@@ -20,12 +20,21 @@ import os
 from . import proc_records
 
 
+PROC_LINE_BYTES = 4096  # stat and wchan of one thread: a line each, far shorter
+
+
 def _read(path: str) -> str:
+    """A /proc file of the kernel's, bounded (the thread may be gone: '')."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        return os.read(fd, PROC_LINE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def thread_state(pid: int, tid: int) -> tuple[str, str, str]:

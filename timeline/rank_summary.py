@@ -1,5 +1,6 @@
 """A line per rank for the recorder's summary: CPU time and CUDA/NCCL calls of
-each ranked process, read back from the raw log once recording has ended.
+each ranked process, read back from the raw log once recording has ended
+(through the descriptor the recorder holds on it).
 
 Only when the recording found ranked processes (launchers set RANK...): one
 pass over the log's sched, proc and cuda blocks, in bulk.  CPU time is the
@@ -17,10 +18,12 @@ from .cuda import records as cuda_records
 from .rawlog import KIND_META, KIND_RING, RawLogReader
 
 
-def rank_lines(raw_path: str, drops: dict[str, int]) -> list[str]:
+def rank_lines(raw, drops: dict[str, int]) -> list[str]:
+    """raw: a descriptor on the raw log the recorder wrote (read through it: the
+    log's name is the user's, who may have pointed it at another file or a FIFO)."""
     ranks: dict[int, dict] = {}
     sched, procs, cuda = [], [], []
-    with RawLogReader(raw_path) as rd:
+    with RawLogReader(raw) as rd:
         for blk in rd.blocks():
             if blk.kind == KIND_META:
                 meta = blk.json()

@@ -24,6 +24,7 @@ import collections
 import dataclasses
 import errno
 import os
+import stat
 import threading
 import struct
 import zlib
@@ -105,25 +106,34 @@ class RawLogWriter:
     """
 
     def __init__(self, path: str, header: dict, *, mode: int = 0o600, user=None,
-                 background: bool = False, max_queued: int = 256 << 20):
+                 background: bool = False, max_queued: int = 256 << 20, publish: bool = True):
         from .safe_output import OutputFile
 
-        self.path = path
         # Created under a temporary name and renamed into place at once, as
         # `user` in sudo mode (see safe_output); we keep writing through the
         # fd, so a killed recorder still leaves a convertible log at `path`.
+        # publish=False: an intermediate only read back through read_fd(); it
+        # keeps OutputFile's unpredictable temporary name (self.path), so no
+        # name planted in advance can stand in its way.
         out = OutputFile(path, user, mode)
         try:
-            out.commit()
+            if publish:
+                out.commit()
         except BaseException:
             out.close()
             raise
+        self.path = path if publish else out.tmp
+        self._unpublished = None if publish else out  # removed again if the log cannot even start
         self.fd = out.fd
         self.bytes_written = 0  # accepted so far (queued or on disk)
         self.on_disk = 0        # written whole (a failed block is cut off again)
         self._queue: collections.deque | None = None
         self._error: BaseException | None = None
-        self._write_all([MAGIC])
+        try:
+            self._write_all([MAGIC])
+        except BaseException:  # no room even for the magic: the (empty) file stays, the fd does not
+            self._abandon()
+            raise
         self.bytes_written += len(MAGIC)
         if background:
             self._queue = collections.deque()
@@ -133,7 +143,23 @@ class RawLogWriter:
             self._closing = False
             self._thread = threading.Thread(target=self._writer, name="timeline-rawlog", daemon=True)
             self._thread.start()
-        self.write_meta({"type": "header", **header})
+        try:
+            self.write_meta({"type": "header", **header})
+        except BaseException:
+            self._abandon()
+            raise
+        self._unpublished = None
+
+    def _abandon(self) -> None:
+        self.close()
+        if self._unpublished is not None:
+            self._unpublished.discard()
+
+    def read_fd(self) -> int:
+        """A new descriptor on this log, for reading it back (the caller closes it):
+        what was written here is read through it, never by name, which the
+        user owns and may have pointed elsewhere since."""
+        return os.dup(self.fd)
 
     def _write_all(self, parts) -> None:
         total = sum(memoryview(p).nbytes for p in parts)
@@ -248,26 +274,65 @@ class Damage:
 class RawLogReader:
     """Reads blocks in order; stops cleanly at the first damaged block.
 
+    `source`: an open descriptor (read with pread: its offset is untouched and
+    it is not closed here), or a path, opened here without blocking and
+    refused unless it is a regular file.  Whatever timeline wrote itself is
+    read back through the descriptor it holds (never re-opened by name: the
+    name belongs to the user, who may have swapped it); `name` is what
+    messages call it.
+
     After iteration, ``damage`` says where and why reading stopped early (None
     when the log ended cleanly) and ``finalized`` whether an END block was seen.
     """
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, source, name: str | None = None):
+        self.path = name or (f"raw log (fd {source})" if isinstance(source, int) else os.fspath(source))
+        if isinstance(source, int):
+            self._fd, self._own = source, False
+        else:
+            self._fd, self._own = self._open(os.fspath(source)), True
         try:
-            self._f = open(path, "rb")
+            self._pos = 0
+            self.size = os.fstat(self._fd).st_size
+            magic = self._read(len(MAGIC))
+            if magic != MAGIC:
+                if magic[:5] == MAGIC[:5]:
+                    raise RawLogError(f"{self.path}: unsupported raw log version")
+                raise RawLogError(f"{self.path} is not a timeline raw log")
+            self.damage: Damage | None = None
+            self.finalized = False
+            self.header = self._read_header()
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _open(path: str) -> int:
+        # O_NONBLOCK: a FIFO at the name cannot hang us before it is refused
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError as e:
             raise RawLogError(f"cannot open {path}: {e.strerror}") from None
-        magic = self._f.read(len(MAGIC))
-        if magic != MAGIC:
-            self._f.close()
-            if magic[:5] == MAGIC[:5]:
-                raise RawLogError(f"{path}: unsupported raw log version")
-            raise RawLogError(f"{path} is not a timeline raw log")
-        self.size = os.fstat(self._f.fileno()).st_size
-        self.damage: Damage | None = None
-        self.finalized = False
-        self.header = self._read_header()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise RawLogError(f"cannot open {path}: not a regular file")
+        return fd
+
+    def _read(self, n: int) -> bytes:
+        """Up to n bytes at the reading position, which moves past them."""
+        data = os.pread(self._fd, n, self._pos)
+        if 0 < len(data) < n:  # a short read before the end: finish it
+            parts = [data]
+            got = len(data)
+            while got < n:
+                more = os.pread(self._fd, n - got, self._pos + got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        self._pos += len(data)
+        return data
 
     def _read_header(self) -> dict:
         blk = self._next_block()
@@ -287,8 +352,8 @@ class RawLogReader:
         return hdr
 
     def _next_block(self) -> Block | None:
-        off = self._f.tell()
-        raw = self._f.read(BLOCK_HDR.size)
+        off = self._pos
+        raw = self._read(BLOCK_HDR.size)
         if not raw:
             return None
         if len(raw) < BLOCK_HDR.size:
@@ -298,7 +363,11 @@ class RawLogReader:
         if kind not in KNOWN_KINDS or length > MAX_BLOCK:
             self.damage = Damage(off, "corrupt block header")
             return None
-        payload = self._f.read(length)
+        end = off + BLOCK_HDR.size + length
+        if end > self.size:  # the log may have grown since (being written): look again
+            self.size = max(self.size, os.fstat(self._fd).st_size)
+        # never ask for more than the file holds: a crafted length must not cost memory
+        payload = self._read(min(length, max(self.size - off - BLOCK_HDR.size, 0)))
         if len(payload) < length:
             self.damage = Damage(off, f"truncated block ({len(payload)} of {length} bytes)")
             return None
@@ -318,7 +387,9 @@ class RawLogReader:
             yield blk
 
     def close(self) -> None:
-        self._f.close()
+        if self._own and self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
 
     def __enter__(self):
         return self

@@ -54,7 +54,10 @@ class RecordConfig:
     delay: float = 0.0  # --delay: seconds before non-proc records are kept (timeline.capture)
     ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
     dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
-    on_dump: object = None  # callable(raw path, n): a dump was written while running (record converts it)
+    # callable(raw path, n, fd): a dump was written while running (record converts it, reading it
+    # through fd, a descriptor it then owns)
+    on_dump: object = None
+    warn: object = None  # callable(line): a problem to say now, while recording goes on (else: the summary)
     hang_timeout: float | None = None  # --hang-timeout: dump after this long without progress (timeline.hang)
 
 
@@ -71,6 +74,11 @@ class RecordResult:
     drop_causes: dict[str, dict] = field(default_factory=dict)  # BpfSession.drop_causes()
     disk_full: RawLogFull | None = None  # the raw log's file system filled up: recording stopped there
     ranked: int = 0  # processes with rank variables (RANK...) seen
+    # a descriptor on the finished raw log (the caller reads it back through this,
+    # never by name, and closes it); -1 when there is none (--ring: see kept_segments)
+    raw_fd: int = -1
+    raw_error: str | None = None  # --ring: why the raw log at raw_path could not be written
+    kept_segments: list[str] = field(default_factory=list)  # --ring: ... so these hold the recording
 
 
 def _effective_caps() -> int:
@@ -333,6 +341,7 @@ class Recorder:
         consumer = _Consumer(session, writer, cfg.poll_interval)
         if isinstance(writer, SegmentedLog):
             writer.always = consumer._always_keep
+            writer.warn = self._warn
         ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
         ctx.window_holder = consumer
         proc: subprocess.Popen | None = None
@@ -456,17 +465,41 @@ class Recorder:
             sleeper.sleep(timeout)
 
     def _dump(self, consumer: _Consumer, session: BpfSession, why: str) -> None:
-        """Ring mode, while recording: write the last DURATION as its own raw log."""
-        consumer.drain_once()
+        """Ring mode, while recording: write the last DURATION as its own raw log.
+        A dump that cannot be written is one line; recording goes on."""
+        try:
+            consumer.drain_once()
+        except RawLogFull as e:  # the wait loop stops recording on its next turn
+            consumer.disk_full = consumer.disk_full or e
+            return
         self.dumps += 1
-        path = self.cfg.dump_raw_path(self.dumps)
-        with consumer.lock:
-            consumer.writer.dump(path, {"drops": session.drops(), "drop_causes": session.drop_causes(),
-                                        "clock_end": _clock_snapshot(), "exit_code": 0,
-                                        "reason": f"dump {self.dumps} ({why})",
-                                        "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)})
+        n, path = self.dumps, self.cfg.dump_raw_path(self.dumps)
+        try:
+            with consumer.lock:
+                _, fd = consumer.writer.dump(path, {"drops": session.drops(), "drop_causes": session.drop_causes(),
+                                                    "clock_end": _clock_snapshot(), "exit_code": 0,
+                                                    "reason": f"dump {n} ({why})",
+                                                    "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)},
+                                             keep_fd=True)
+        except RawLogFull as e:
+            self._warn(f"dump {n} ({why}): no room for {path} ({e.strerror}); recording goes on")
+            return
+        except UserError as e:
+            self._warn(f"dump {n} ({why}): {e}; recording goes on")
+            return
+        except OSError as e:
+            self._warn(f"dump {n} ({why}): cannot write {path}: {e.strerror}; recording goes on")
+            return
         if self.cfg.on_dump is not None:
-            self.cfg.on_dump(path, self.dumps)
+            self.cfg.on_dump(path, n, fd)
+        else:
+            os.close(fd)
+
+    def _warn(self, line: str) -> None:
+        if self.cfg.warn is not None:
+            self.cfg.warn(line)
+        else:
+            self.ctx.summary.append(f"warning: {line}")
 
     def _forward(self, proc: subprocess.Popen, sig: int, nth: int) -> None:
         """Launch mode: the target decides when it ends; we follow.
@@ -524,7 +557,7 @@ class Recorder:
             writer.frozen = True  # the exit dump ends at stop_ts: keep every segment it reads
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
-        raw_bytes = None
+        raw_bytes, raw_fd, raw_error, kept_segments = None, -1, None, []
         consumer.stop()
         if consumer.is_alive():
             consumer.join()
@@ -550,18 +583,13 @@ class Recorder:
             except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
                 consumer.disk_full = consumer.disk_full or e
                 reason = "disk full"
-            if isinstance(writer, SegmentedLog) and consumer.disk_full is None:
-                # the trace at exit: the last DURATION, as one ordinary raw log at raw_path
-                ring_disk = max(writer.max_disk, writer.disk_bytes())
-                writer.close()
-                raw_bytes = writer.dump(self.cfg.raw_path, {"drops": drops, "drop_causes": causes,
-                                                            "clock_end": _clock_snapshot(), "exit_code": code,
-                                                            "reason": reason,
-                                                            "stop_ts": stop_ts}, now=stop_ts)
-                consumer.ctx.summary.append(
-                    f"ring: kept the last {self.cfg.ring:g}s; segments took at most {ring_disk:,} bytes on disk "
-                    f"({writer.total_bytes:,} written in all)")
-                writer.remove_segments()
+            if isinstance(writer, SegmentedLog):
+                ring = self._ring_end(writer, consumer, {"drops": drops, "drop_causes": causes,
+                                                         "clock_end": _clock_snapshot(), "exit_code": code,
+                                                         "reason": reason, "stop_ts": stop_ts}, stop_ts)
+                raw_bytes, raw_fd, raw_error, kept_segments = ring
+            elif writer.fd >= 0:
+                raw_fd = writer.read_fd()
         finally:
             writer.close()
             records = {f.name: sum(session.readers[r.id].records for r in f.rings)
@@ -571,4 +599,34 @@ class Recorder:
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
         return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
                             raw_bytes if raw_bytes is not None else writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
-                            drop_causes=causes, disk_full=consumer.disk_full, ranked=consumer.n_ranked)
+                            drop_causes=causes, disk_full=consumer.disk_full, ranked=consumer.n_ranked,
+                            raw_fd=raw_fd, raw_error=raw_error, kept_segments=kept_segments)
+
+    def _ring_end(self, writer: SegmentedLog, consumer: _Consumer, stats: dict, stop_ts: int):
+        """--ring, at the end: the last DURATION as one ordinary raw log at raw_path
+        (the trace's source).  (bytes, read fd, error, kept segment paths): when
+        that log cannot be written (no room, a name the target took), the
+        segments stay and say where the recording is."""
+        path = self.cfg.raw_path
+        ring_disk = max(writer.max_disk, writer.disk_bytes())
+        writer.close()
+        error = None
+        try:
+            size, fd = writer.dump(path, stats, now=stop_ts, keep_fd=True)
+        except RawLogFull as e:
+            error = f"no room for {path} ({e.strerror})"
+        except UserError as e:
+            error = str(e)
+        except OSError as e:
+            error = f"cannot write {path}: {e.strerror}"
+        if error is not None:
+            kept = [s.path for s in writer.segments]
+            writer.release()
+            return None, -1, error, kept
+        if consumer.disk_full is not None:
+            consumer.disk_full.kept = size  # what the trace is made from: the dump
+        consumer.ctx.summary.append(
+            f"ring: kept the last {self.cfg.ring:g}s; segments took at most {ring_disk:,} bytes on disk "
+            f"({writer.total_bytes:,} written in all)")
+        writer.remove_segments()
+        return size, fd, None, []

@@ -201,6 +201,15 @@ class BoundedReader(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
+    def read(self, size: int = -1) -> bytes:
+        # checked before RawIOBase.read allocates `size` bytes: a crafted
+        # section length must cost neither memory nor time
+        if size is None or size < 0:
+            size = max(os.fstat(self._fd).st_size - self._pos, 0)
+        if self.read_total + size > self.budget:
+            raise InputTooLarge(errno.EFBIG, f"read more than {self.budget} bytes", self.name)
+        return super().read(size)
+
     def readinto(self, b) -> int:
         want = len(b)
         if self.read_total + want > self.budget:

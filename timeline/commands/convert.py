@@ -9,7 +9,7 @@ import click
 
 from ..errors import UserError
 from ..rawlog import RawLogError
-from ..safe_output import open_for_reading, remove
+from ..safe_input import fd_name, open_input
 from ..target import invoking_user
 from .output import check_writable, human_bytes, infer_format
 
@@ -24,36 +24,45 @@ class NoRoom(UserError):
         super().__init__(msg, EXIT_NO_TRACE)
 
 
-def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False):
+def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False, raw_fd: int | None = None):
     """Convert with a progress bar on a terminal; warn about damage.
-    user: the invoking user in sudo mode, who creates and owns `out`."""
+    user: the invoking user in sudo mode, who creates and owns `out`.
+    raw_fd: a descriptor on the raw log timeline wrote itself (record), read
+    through it, never re-opened by name; without one, `raw` is opened as
+    `user` (safe_input: no symlink, regular files only).  `raw` names it in
+    messages either way."""
     from ..converters import convert
 
     progress = None
     bar = None
-    if not quiet and sys.stderr.isatty():
-        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-        bar = Progress("converting", BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True,
-                       console=_console())
-        task = bar.add_task("convert", total=os.path.getsize(raw))
-        bar.start()
-        progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
-    src, raw_fd = raw, -1
+    own_fd = raw_fd is None
     try:
-        if user is not None:  # sudo: read the raw log as the user, never through a planted symlink
-            raw_fd = open_for_reading(raw, user)
-            src = f"/proc/self/fd/{raw_fd}"
+        if own_fd:
+            raw_fd = open_input(raw, user)
+    except OSError as e:
+        raise UserError(f"cannot read {raw}: {e.strerror}") from None
+    src = fd_name(raw_fd)
+    try:
+        if not quiet and sys.stderr.isatty():
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            bar = Progress("converting", BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True,
+                           console=_console())
+            task = bar.add_task("convert", total=os.fstat(raw_fd).st_size)
+            bar.start()
+            progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
         from .nvtx_capture import prepare
 
-        cut, note = prepare(src, os.path.dirname(os.path.abspath(raw)), user)
+        cut, note = prepare(raw_fd, raw, os.path.dirname(os.path.abspath(raw)), user)
         if note and not quiet:
             click.echo(f"timeline: {note}", err=True)
         try:
-            res = convert(cut, out, fmt=fmt, progress=progress, user=user)
+            # the converter insists on a path: the descriptor's own, which the kernel
+            # resolves to the file we hold whatever has the name now
+            res = convert(src if cut is None else fd_name(cut.fd), out, fmt=fmt, progress=progress, user=user)
         finally:
-            if cut != src:
-                remove(cut, user)
+            if cut is not None:
+                cut.discard()
     except (RawLogError, ValueError) as e:
         raise UserError(str(e).replace(src, raw)) from None
     except OSError as e:
@@ -62,7 +71,7 @@ def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False)
                          f"kept: free some space and run `timeline convert {raw} -o {out}`") from None
         raise UserError(f"cannot read {raw}: {e.strerror}") from None
     finally:
-        if raw_fd >= 0:
+        if own_fd:
             os.close(raw_fd)
         if bar is not None:
             bar.stop()

@@ -220,19 +220,31 @@ def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_o
                        poll_interval=flush_interval, owner=owner, options=family_options(family_values),
                        delay=delay or 0.0, ring=ring, hang_timeout=hang_timeout)
     pending = []
+
+    def warn(line: str) -> None:
+        click.echo(f"timeline: warning: {printable(line)}", err=True)
+    cfg.warn = warn
     if ring:
         dump_out = lambda n: dump_name(template, n, expand)  # noqa: E731
         cfg.dump_raw_path = lambda n: dump_out(n) if raw_only else raw_path_for(dump_out(n))  # noqa: E731
 
-        def on_dump(raw_dump, n):  # convert off the main thread; recording goes on meanwhile
+        def on_dump(raw_dump, n, raw_fd):  # convert off the main thread; recording goes on meanwhile
             import threading
 
             def work():
                 target = dump_out(n)
-                if not raw_only:
-                    run_conversion(raw_dump, target, infer_format(target, fmt), user=owner, quiet=True)
-                    if not keep_raw:
-                        remove(raw_dump, owner)
+                try:
+                    if not raw_only:
+                        try:
+                            run_conversion(raw_dump, target, infer_format(target, fmt), user=owner, quiet=True,
+                                           raw_fd=raw_fd)
+                        except UserError as e:  # NoRoom included: the dump's raw log is kept
+                            warn(f"dump {n}: {e}; its raw log {raw_dump} is kept")
+                            return
+                        if not keep_raw:
+                            remove(raw_dump, owner)
+                finally:
+                    os.close(raw_fd)
                 if not quiet:
                     click.echo(f"timeline: dump {n}: wrote {printable(target)}", err=True)
             t = threading.Thread(target=work, name=f"timeline-dump-{n}")
@@ -257,29 +269,54 @@ def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_o
     say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
     for note in res.notes:
         say(f"timeline: {note}")
-    if res.ranked >= 2 and not quiet:
+    try:
+        _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw, say)
+    finally:
+        if res.raw_fd >= 0:
+            os.close(res.raw_fd)
+    sys.exit(res.exit_code)
+
+
+def _segments_line(res) -> str:
+    """Where a ring's recording is when it could not be gathered into one raw log."""
+    segs = [printable(p) for p in res.kept_segments]
+    where = segs[0] if len(segs) == 1 else f"{len(segs)} ring segments, {segs[0]} to {segs[-1]}"
+    return (f"the recording is kept in {where} (each a raw log `timeline convert` reads; "
+            "the last holds the latest events)")
+
+
+def _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw, say) -> None:
+    """The summary's last lines and the trace, from the raw log the recorder
+    wrote, read back through the descriptor it kept (res.raw_fd), never by name."""
+    if res.ranked >= 2 and not quiet and res.raw_fd >= 0:
         from ..rank_summary import rank_lines
 
         try:
-            for line in rank_lines(raw, res.drops):
+            for line in rank_lines(res.raw_fd, res.drops):
                 say(f"timeline: {line}")
         except Exception as e:  # noqa: BLE001 - a summary line must not cost the recording
             say(f"timeline: per-rank summary unavailable: {e}")
     for line in drop_warnings(res.drops, res.drop_causes):
         click.echo(f"timeline: warning: {printable(line)}", err=True)
     if res.disk_full is not None:
+        lost = ("events after that were not recorded" if res.raw_fd >= 0 else
+                f"{res.raw_error or 'no raw log'}: {_segments_line(res)}")
         click.echo(f"timeline: error: the disk holding {printable(raw)} filled up ({res.disk_full.strerror}): "
-                   f"recording stopped there and the command ran on; {human_bytes(res.disk_full.kept)} of raw "
-                   "log kept, events after that were not recorded", err=True)
+                   f"recording stopped there and the command ran on; "
+                   + (f"{human_bytes(res.disk_full.kept)} of raw log kept, " if res.raw_fd >= 0 else "")
+                   + lost, err=True)
+    elif res.raw_fd < 0:  # --ring: the last DURATION could not be gathered into one raw log
+        click.echo(f"timeline: error: {printable(res.raw_error or 'no raw log')}: {_segments_line(res)}", err=True)
+    if res.raw_fd < 0:
+        sys.exit(EXIT_NO_TRACE)
     if raw_only:
         say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
-    else:
-        try:
-            conv = run_conversion(raw, output, fmt, user=owner, quiet=quiet)
-        except NoRoom as e:
-            click.echo(f"timeline: error: {printable(str(e))}", err=True)
-            sys.exit(EXIT_NO_TRACE)
-        if not keep_raw:
-            remove(raw, owner)
-        say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")
-    sys.exit(res.exit_code)
+        return
+    try:
+        conv = run_conversion(raw, output, fmt, user=owner, quiet=quiet, raw_fd=res.raw_fd)
+    except NoRoom as e:
+        click.echo(f"timeline: error: {printable(str(e))}", err=True)
+        sys.exit(EXIT_NO_TRACE)
+    if not keep_raw:
+        remove(raw, owner)
+    say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")

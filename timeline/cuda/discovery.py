@@ -6,6 +6,12 @@ recorder attaches, before launching, to every copy the target is likely to
 load (its interpreter's site-packages nvidia/*/lib and torch/lib, the
 ldconfig cache, --cuda-lib), then watches /proc/PID/maps for copies that
 appear later (another venv, a conda env, a vendored copy).
+
+Every file named here is the target's (its executable, its venv's
+pyvenv.cfg, a mapped library, even in a mount namespace of its own): it is
+opened as the user the target runs as (safe_input: no symlink at the last
+component, no blocking open, regular files only) and read with a bound, so a
+FIFO or a root-only file in its place costs one warning at most.
 """
 from __future__ import annotations
 
@@ -15,7 +21,12 @@ import re
 import shutil
 import subprocess
 
+from ..safe_input import open_inputs, read_file
 from .probes import DRIVER, NCCL, RUNTIME
+
+SHEBANG_BYTES = 256
+PYVENV_CFG_BYTES = 64 << 10   # a real pyvenv.cfg is a few lines
+ELF_READ_BUDGET = 256 << 20   # headers and symbol tables of one library (libcuda's are a few MiB)
 
 # libcudart.so.12, libcudart-9335f6a2.so.12 (vendored by wheels), libcuda.so.1,
 # libcuda.so.575.57.08, libnccl.so.2, ...  Not libcudadevrt, libcudnn, ...
@@ -29,8 +40,9 @@ def lib_api(path: str) -> str | None:
     return _API[m.group(1)] if m else None
 
 
-def _python_of(command: list[str], env_path: str | None) -> str | None:
-    """The Python interpreter a command runs: itself, or a script's shebang."""
+def _python_of(command: list[str], env_path: str | None, user=None) -> str | None:
+    """The Python interpreter a command runs: itself, or a script's shebang
+    (read as `user`, the first line only)."""
     if not command:
         return None
     exe = command[0]
@@ -41,8 +53,7 @@ def _python_of(command: list[str], env_path: str | None) -> str | None:
     if os.path.basename(exe).startswith("python"):
         return exe
     try:
-        with open(exe, "rb") as f:
-            first = f.readline(256)
+        first = read_file(os.path.realpath(exe), user, limit=SHEBANG_BYTES, whole=False).split(b"\n", 1)[0]
     except OSError:
         return None
     if not first.startswith(b"#!"):
@@ -55,17 +66,21 @@ def _python_of(command: list[str], env_path: str | None) -> str | None:
     return None
 
 
-def site_dirs(python: str) -> list[str]:
+def site_dirs(python: str, user=None) -> list[str]:
     """site-packages of an interpreter's prefix (venv, conda env or base), found
     from its path alone: running it could be slow or have side effects.  A
     venv sees its base interpreter's site-packages only when its pyvenv.cfg
-    says include-system-site-packages = true."""
+    (read as `user`, its first 64 KiB) says include-system-site-packages = true."""
     prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
     prefixes = [prefix]
     cfg = os.path.join(prefix, "pyvenv.cfg")
     if os.path.exists(cfg):
         settings = {}
-        for line in open(cfg, errors="replace"):
+        try:
+            text = read_file(os.path.realpath(cfg), user, limit=PYVENV_CFG_BYTES, whole=False)
+        except OSError:
+            text = b""
+        for line in text.decode("utf-8", "replace").splitlines():
             k, _, v = line.partition("=")
             settings[k.strip()] = v.strip()
         if settings.get("include-system-site-packages", "").lower() == "true":
@@ -102,32 +117,60 @@ def ldconfig_libs() -> list[str]:
     return libs
 
 
-def candidates(command: list[str] | None, env_path: str | None) -> list[str]:
+def candidates(command: list[str] | None, env_path: str | None, user=None) -> list[str]:
     """Library files the target will probably load, before it starts."""
     found = []
-    py = _python_of(command or [], env_path)
+    py = _python_of(command or [], env_path, user)
     if py:
-        for site in site_dirs(py):
+        for site in site_dirs(py, user):
             found += candidates_in(site)
     found += ldconfig_libs()
     return found
 
 
-def file_key(path: str) -> tuple[int, int] | None:
+def open_libs(paths: list[str], user=None, resolve: bool = True) -> list:
+    """Per path, a read-only descriptor on the library file or the OSError it
+    gave: opened as `user` in one go (one fork in sudo mode), as a regular
+    file only.  resolve: a symlink (libcuda.so.1 -> libcuda.so.5xx) is
+    resolved first and what it ends at is opened without following anything
+    more (maps paths are resolved already, and /proc/PID/root must stay a
+    way into the process's own mount namespace)."""
+    return open_inputs([os.path.realpath(p) if resolve else p for p in paths], user)
+
+
+MAPS_BYTES = 64 << 20     # /proc/PID/maps (a torch process: ~200 KiB); past it, the rest is not read
+ENVIRON_BYTES = 4 << 20   # /proc/PID/environ; the rank variables are looked for in this much
+
+
+def _read_proc(path: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of a /proc file (the kernel's, but its size is the target's doing)."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    return st.st_dev, st.st_ino
+    try:
+        parts, got = [], 0
+        while got < limit:
+            chunk = os.read(fd, min(1 << 20, limit - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_maps(pid: int) -> str | None:
-    try:
-        # paths are bytes; surrogateescape keeps them exact (os.fsencode gives them back)
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-            return f.read()
-    except OSError:
+    raw = _read_proc(f"/proc/{pid}/maps", MAPS_BYTES)
+    if raw is None:
         return None
+    if len(raw) >= MAPS_BYTES:
+        raw = raw[: raw.rfind(b"\n") + 1]  # a line cut in two would name another file
+    # paths are bytes; surrogateescape keeps them exact (os.fsencode gives them back)
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def parse_maps(text: str, executable: bool = True) -> list[tuple[int, int, int, int, str]]:
@@ -142,12 +185,9 @@ def parse_maps(text: str, executable: bool = True) -> list[tuple[int, int, int, 
     return out
 
 
-def process_path(pid: int, path: str, inode: int) -> str:
-    """A path to the mapped file usable from here (the target may live in
-    another mount namespace): the plain path if it is the same inode."""
-    key = file_key(path)
-    if key and key[1] == inode:
-        return path
+def root_path(pid: int, path: str) -> str:
+    """The mapped file's path as the process sees it (it may live in a mount
+    namespace of its own, where the plain path names another file or none)."""
     return f"/proc/{pid}/root{path}"
 
 
@@ -157,10 +197,8 @@ ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"
 
 def rank_env(pid: int) -> dict[str, str]:
     """Distributed-training variables of a process (torchrun and friends set them)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
+    raw = _read_proc(f"/proc/{pid}/environ", ENVIRON_BYTES)
+    if raw is None:
         return {}
     out = {}
     for item in raw.split(b"\0"):

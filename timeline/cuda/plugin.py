@@ -35,6 +35,7 @@ from . import discovery as dsc
 from . import records as cuda_records
 from .family import CUDA_MODES
 from .probes import APIS, PROBES, Role, probes_for, table_meta
+from ..safe_input import BoundedReader, fd_name
 from .symbols import ElfSymbols
 
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
@@ -83,8 +84,12 @@ class CudaPlugin(RecorderPlugin):
         self.apis = APIS
         self.lock = threading.Lock()
         self.libs: dict[tuple, dict] = {}      # (dev, ino) -> what was attached there
-        self.failed: dict[tuple, str] = {}
+        self.failed: dict[tuple, str] = {}     # (dev, ino) or ("path", path) -> why not
         self.skipped: set[tuple] = set()
+        self.mapped: set[tuple] = set()        # (inode, path) of maps entries already looked at
+        # library files are opened as the user the target runs as (discovery): not as
+        # root, whom a name the target controls could point at a FIFO or a root-only file
+        self.reader = None if cfg is None or getattr(cfg, "as_root", False) else getattr(cfg, "owner", None)
         self.seen_records = 0                  # cuda ring records at the last tick
         self.next_active = 0.0
         self.procs: dict[int, _Proc] = {}      # pid -> its mappings' state
@@ -146,10 +151,12 @@ class CudaPlugin(RecorderPlugin):
         if self.options.capture_range.startswith("nvtx:"):
             ctx.write_meta({"type": "capture", "range": self.options.capture_range})
         t0 = time.monotonic()
-        new = [self._attach(ctx, p, "--cuda-lib", api=None) for p in self.extra]
+        found = [(p, "--cuda-lib", None, None) for p in self.extra]
         if self.cfg.command:
-            for p in dsc.candidates(self.cfg.command, os.environ.get("PATH")):
-                new.append(self._attach(ctx, p, "candidate", api=dsc.lib_api(p)))
+            found += [(p, "candidate", dsc.lib_api(p), None)
+                      for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"), self.reader)]
+        fds = dsc.open_libs([f[0] for f in found], self.reader)
+        new = [self._attach_opened(ctx, *f, fd) for f, fd in zip(found, fds)]
         self._write_libs(ctx, new)
         self.attach_s += time.monotonic() - t0
 
@@ -204,17 +211,36 @@ class CudaPlugin(RecorderPlugin):
         return out
 
     # -- attaching ----------------------------------------------------------
-    def _attach(self, ctx, path: str, found_by: str, api: str | None, pid: int | None = None):
-        key = dsc.file_key(path)
+    def _attach_opened(self, ctx, path: str, found_by: str, api: str | None, pid: int | None, fd):
+        """_attach on `fd` (from dsc.open_libs), which is closed here; fd may be
+        the OSError opening gave instead: a missing file is no news, anything
+        else (a FIFO, a root-only file) one warning."""
+        if isinstance(fd, OSError):
+            if not isinstance(fd, FileNotFoundError):
+                with self.lock:
+                    self.failed.setdefault(("path", path), f"cannot read {path}: {fd.strerror}")
+            return None
+        try:
+            return self._attach(ctx, path, fd, found_by, api, pid)
+        finally:
+            os.close(fd)
+
+    def _attach(self, ctx, path: str, fd: int, found_by: str, api: str | None, pid: int | None = None):
+        """Probes on the library open at `fd` (path: what it is called).  Its
+        symbols are read through fd with a bound, and the probes go on the file
+        fd holds (its /proc/self/fd name), whatever `path` names by now."""
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
         with self.lock:
-            if key is None or key in self.libs or key in self.failed or key in self.skipped:
+            if key in self.libs or key in self.failed or key in self.skipped:
                 return None
             apis = [api] if api else list(self.apis)
             want = [p for a in apis if a in self.apis for p in probes_for(a)]
             if not want:
                 return None
             try:
-                offsets = ElfSymbols(path).exports(p.name for p in want)
+                with BoundedReader(fd, dsc.ELF_READ_BUDGET, path, closefd=False) as f:
+                    offsets = ElfSymbols(path, f).exports(p.name for p in want)
             except Exception as e:
                 self.failed[key] = f"cannot read {path}: {e}"
                 return None
@@ -229,7 +255,8 @@ class CudaPlugin(RecorderPlugin):
             if not plan:  # e.g. a stub library: nothing to probe, and no need to look again
                 self.skipped.add(key)
                 return None
-            errors = attach.attach(ctx.session.objects["cuda"], path, plan)
+            held = fd_name(fd)
+            errors = [e.replace(held, path) for e in attach.attach(ctx.session.objects["cuda"], held, plan)]
             done = names if not errors or len(errors) < len(plan) else []
             if not done:
                 if errors:
@@ -299,14 +326,15 @@ class CudaPlugin(RecorderPlugin):
 
     def _scan_maps(self, ctx, pid: int, text: str, st: _Proc) -> list:
         entries = dsc.parse_maps(text)
-        new, cuda = [], False
+        cuda, todo = False, {}
         for start, end, off, inode, path in entries:
             api = dsc.lib_api(path)
             if api is None:
                 continue
             cuda = True
-            if api in self.apis:
-                new.append(self._attach(ctx, dsc.process_path(pid, path, inode), f"maps of pid {pid}", api, pid))
+            if api in self.apis and (inode, path) not in self.mapped:
+                todo[(inode, path)] = api
+        new = self._attach_mapped(ctx, pid, todo) if todo else []
         cuda = cuda or any(i.get("inode") in {e[3] for e in entries} for i in self.libs.values())
         # Readable mappings too: registered kernel names live in .rodata.
         snap = [[s, e, o, p] for s, e, o, _, p in dsc.parse_maps(text, executable=False)]
@@ -315,6 +343,30 @@ class CudaPlugin(RecorderPlugin):
             ctx.write_meta({"type": "maps", "pid": pid, "ts": ctx.now_ns(), "entries": snap,
                             "env": dsc.rank_env(pid)})
         return new
+
+    def _attach_mapped(self, ctx, pid: int, todo: dict) -> list:
+        """Libraries new in pid's maps ((inode, path) -> api).  Each is opened by
+        its plain path if that is the mapped inode, else through
+        /proc/PID/root (the process may have a mount namespace of its own):
+        both as the target's user, all of a scan in at most two batches."""
+        items = list(todo.items())
+        plain = dsc.open_libs([path for (_, path), _ in items], self.reader, resolve=False)
+        out, elsewhere = [], []
+        for ((inode, path), api), fd in zip(items, plain):
+            if not isinstance(fd, OSError) and os.fstat(fd).st_ino == inode:
+                self.mapped.add((inode, path))
+                out.append(self._attach_opened(ctx, path, f"maps of pid {pid}", api, pid, fd))
+                continue
+            if not isinstance(fd, OSError):
+                os.close(fd)
+            elsewhere.append(((inode, path), api))
+        there = dsc.open_libs([dsc.root_path(pid, path) for (_, path), _ in elsewhere], self.reader,
+                              resolve=False) if elsewhere else []
+        for ((inode, path), api), fd in zip(elsewhere, there):
+            if not isinstance(fd, FileNotFoundError):  # else gone with its process: another may map it
+                self.mapped.add((inode, path))
+            out.append(self._attach_opened(ctx, dsc.root_path(pid, path), f"maps of pid {pid}", api, pid, fd))
+        return out
 
     def _stats(self, ctx) -> dict:
         out = dict.fromkeys(STATS, 0)

@@ -8,6 +8,7 @@ Demangling is timeline.demangle (libstdc++'s __cxa_demangle over ctypes).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -24,9 +25,10 @@ VERSYM_HIDDEN = 0x8000
 class ElfSymbols:
     """Symbols and load segments of one ELF file (64-bit little-endian)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, f=None):
+        """f: the open file to parse (a safe_input.BoundedReader); None: open `path`."""
         self.path = path
-        with open(path, "rb") as f:
+        with (open(path, "rb") if f is None else contextlib.nullcontext(f)) as f:
             elf = ELFFile(f)
             if elf.elfclass != 64 or not elf.little_endian:
                 raise ValueError(f"{path}: not a 64-bit little-endian ELF")
