@@ -176,10 +176,12 @@ def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,
     bounds = tp.query("select start_ts, end_ts from trace_bounds").rows
     start, end = bounds[0] if bounds else (None, None)
     results = [run_check(tp, c, families, {**c.defaults(), **params.get(c.id, {})}) for c in checks]
-    incomplete = completeness_problem(tp)
+    incomplete = completeness_problem(tp, trace_path or None)
     for r in results:
         if incomplete and r.check.id == "dropped_events" and r.status in ("ok", "info", "n/a", "not recorded"):
             # what came after the cut is unknown: never "no events lost"
             r.findings.insert(0, Finding("warning", incomplete))
             r.status = "warning"
+        elif incomplete and r.status == "not recorded":
+            r.note = f"{r.note} (but the trace is not complete: it may have been cut off)"
     return Report(trace_path, getattr(tp, "engine_name", "?"), start, end, families, results, incomplete)
