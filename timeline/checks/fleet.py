@@ -30,7 +30,10 @@ def _one(args) -> dict:
     try:
         return to_json(run_checks(tp, path, only=ids, params=params))
     except TraceProcessorError as e:
-        return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}"}
+        from .completeness import file_problem
+
+        cut = file_problem(path)
+        return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}" + (f"; {cut}" if cut else "")}
     finally:
         tp.close()
 
@@ -65,4 +68,5 @@ def fleet_summary(reports: list[dict]) -> dict:
                     out.setdefault(c["id"], {"error": 0, "warning": 0})[sev] += 1
                     break
     return {"traces": len(reports), "unreadable": sum(1 for r in reports if "error" in r and "checks" not in r),
+            "incomplete": sum(1 for r in reports if r.get("complete") is False),
             "by_check": dict(sorted(out.items(), key=lambda kv: (-kv[1]["error"], -kv[1]["warning"], kv[0])))}

@@ -68,6 +68,9 @@ def _check_many(paths, fmt, fail_on, ids, overrides, engine, tp_bin):
                           str(summ.get("warning", 0)), printable(headline(rep)))
         con = Console(highlight=False)
         con.print(table)
+        for rep in reports:
+            if rep.get("complete") is False:
+                con.print(f"warning: {printable(rep['trace'])}: {printable(rep['incomplete'])}", style="bold yellow")
         if fleet["by_check"]:
             con.print("fleet: " + "; ".join(f"{cid} error in {v['error']}, warning in {v['warning']}"
                                             for cid, v in fleet["by_check"].items()))
@@ -141,7 +144,11 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         try:
             report = run_checks(tp, trace, only=ids, params=overrides)
         except TraceProcessorError as e:
-            raise UserError(f"checks failed: {_one_line(e)}") from None
+            from ..checks.completeness import file_problem
+
+            # a cut JSON trace loads as nothing at all: the cut is the news, not the missing table
+            cut = file_problem(trace)
+            raise UserError(f"checks failed: {_one_line(e)}" + (f"; {cut}" if cut else "")) from None
         finally:
             tp.close()
 
