@@ -121,3 +121,17 @@ def test_workers_die_with_a_killed_parent(traces):
         os.kill(x, signal.SIGKILL)
     p.communicate(timeout=5)
     assert not left, f"orphaned workers: {left}"
+
+
+def test_ctrl_c_on_one_trace_is_quiet(traces):
+    # one trace: the engine runs in the command itself, Ctrl-C reaches it mid-query
+    one = os.path.join(traces, "00.pftrace")
+    p = subprocess.Popen([sys.executable, "-m", "timeline.cli", "check", one], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=REPO, start_new_session=True)
+    time.sleep(2.5)  # started, loading or checking (it takes several seconds)
+    assert p.poll() is None
+    t = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert err.decode() == "timeline: interrupted\n" and p.returncode == 130
+    assert time.monotonic() - t < QUICK_S
