@@ -123,7 +123,7 @@ def _substitute(sql: str, params: dict[str, float], where: str) -> str:
 
 
 def render_sql(check: Check, params: dict[str, float]) -> str:
-    return _substitute(check.sql(), {**params, "window_cap": WINDOW_CAP}, f"{check.id}.sql")
+    return _substitute(check.sql(), params, f"{check.id}.sql")
 
 
 def prelude_sql() -> str:

@@ -139,8 +139,10 @@ select * from (
          from _tl_cc)
   order by 1.0 * r / (r + run) desc limit 1)
 union all
-select 'info', printf('the dispatcher''s span of %.0f s would need more than %,d windows of %g s: its windows are %.0f s '
-                      || 'long instead', (end_ts - ts) / 1e9, ${window_cap}, ${window_s}, step / 1e9),
+select 'info', printf('the dispatcher''s span of %.0f s would need %,d windows of %g s: they are %.0f s long '
+                      || 'instead (%,d of them)', (end_ts - ts) / 1e9,
+                      (end_ts - ts + cast(${window_s} * 1e9 as int) - 1) / cast(${window_s} * 1e9 as int),
+                      ${window_s}, step / 1e9, (end_ts - ts + step - 1) / step),
   null, null, null, null, null, null, null
 from (select *, _tl_window_step!(_tl_cc_span, cast(${window_s} * 1e9 as int)) as step from _tl_cc_span)
 where step > cast(${window_s} * 1e9 as int)
