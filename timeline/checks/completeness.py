@@ -113,15 +113,14 @@ def packet_framing_problem(fd: int) -> Optional[str]:
             continue
         key, at = _varint(buf, at)
         if key is None:
-            return _cut(size, pos, None)
+            return _cut(size, pos, None) if base + at >= size else _damaged(size, pos)
         field, wire = key >> 3, key & 7
         if field == 0 or wire in (3, 4, 6, 7):
-            return (f"the trace is damaged: byte {pos:,} of {size:,} does not start a packet (the file was "
-                    "overwritten or is not all a Perfetto trace); what follows is not loaded")
+            return _damaged(size, pos)
         if wire in (0, 2):
             n, at = _varint(buf, at)
             if n is None:
-                return _cut(size, pos, None)
+                return _cut(size, pos, None) if base + at >= size else _damaged(size, pos)
             end = base + at + (n if wire == 2 else 0)
         else:
             end = base + at + (8 if wire == 1 else 4)
@@ -142,6 +141,11 @@ def _varint(buf: bytes, at: int):
             return n, at
         shift += 7
     return None, at
+
+
+def _damaged(size: int, pos: int) -> str:
+    return (f"the trace is damaged: byte {pos:,} of {size:,} does not start a packet (the file was overwritten or "
+            "is not all a Perfetto trace); what follows is not loaded")
 
 
 def _cut(size: int, pos: int, length: Optional[int]) -> str:
