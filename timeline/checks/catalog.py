@@ -16,6 +16,12 @@ from dataclasses import dataclass, field
 
 SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 
+# Most windows one windowed check cuts a time span into (${window_cap} in
+# _prelude.sql): past it the windows widen, so a check's work is bounded by
+# this count, not by how long the trace says it is (a crafted one can claim
+# decades).
+WINDOW_CAP = 100_000
+
 # Data families: how each is detected is in runner.FAMILY_SQL.
 FAMILY_HELP = {
     "drops": "drop counters (ftrace_cpu_* stats, 'timeline: * records dropped' counters; a Chrome JSON "

@@ -3,10 +3,37 @@ process pool (one trace_processor per worker, as Perfetto's
 BatchTraceProcessor does), then a per-trace table and a fleet summary."""
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 
 SEVERITY_ORDER = ("error", "warning", "info", "ok")
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies, however it
+    dies (SIGKILL included): a worker holds a GiB-sized engine and must not
+    live on as an orphan."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's own clean-up is all there is
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Each worker ignores Ctrl-C (the parent kills the pool on it: a
+    KeyboardInterrupt raised inside the engine's host functions corrupts it)
+    and dies with the parent. It was forked with SIGINT blocked, so no
+    Ctrl-C can land before this runs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    die_with_parent(parent_pid)
 
 
 def _one(args) -> dict:
@@ -30,7 +57,10 @@ def _one(args) -> dict:
     try:
         return to_json(run_checks(tp, path, only=ids, params=params))
     except TraceProcessorError as e:
-        return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}"}
+        from .completeness import file_problem
+
+        cut = file_problem(path)
+        return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}" + (f"; {cut}" if cut else "")}
     finally:
         tp.close()
 
@@ -40,8 +70,27 @@ def run_fleet(paths: list[str], engine: str, tp_bin, ids, params, workers: int |
     jobs = [(p, engine, tp_bin, ids, params) for p in paths]
     if workers == 1:
         return [_one(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_one, jobs))
+    # fork: the workers are our children (PR_SET_PDEATHSIG is about the parent),
+    # and they start without a second import of everything
+    ctx = multiprocessing.get_context("fork")
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                               initargs=(os.getpid(),))
+    try:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            results = pool.map(_one, jobs)  # forks every worker now
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        out = list(results)
+    except BaseException:
+        # Ctrl-C (or anything else): stop now, not after the traces in flight
+        for proc in set(multiprocessing.active_children()) - before:
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
 
 
 def headline(rep: dict) -> str:
@@ -65,4 +114,5 @@ def fleet_summary(reports: list[dict]) -> dict:
                     out.setdefault(c["id"], {"error": 0, "warning": 0})[sev] += 1
                     break
     return {"traces": len(reports), "unreadable": sum(1 for r in reports if "error" in r and "checks" not in r),
+            "incomplete": sum(1 for r in reports if r.get("complete") is False),
             "by_check": dict(sorted(out.items(), key=lambda kv: (-kv[1]["error"], -kv[1]["warning"], kv[0])))}

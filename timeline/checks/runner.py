@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..trace_processor import TraceProcessorError
-from .catalog import BY_ID, CATALOG, FAMILY_HELP, SQL_DIR, Check
+from .catalog import BY_ID, CATALOG, FAMILY_HELP, SQL_DIR, WINDOW_CAP, Check
 from .completeness import completeness_problem
 
 # Worst first; 'ok', 'n/a' and 'not recorded' are statuses, not findings.
@@ -111,15 +111,24 @@ def parse_params(items: Iterable[str]) -> dict[str, dict[str, float]]:
     return out
 
 
-def render_sql(check: Check, params: dict[str, float]) -> str:
-    """The check's SQL with ${name} replaced by numeric literals (only numbers
-    ever reach the SQL, so no quoting issue)."""
+def _substitute(sql: str, params: dict[str, float], where: str) -> str:
+    """`sql` with ${name} replaced by numeric literals (only numbers ever
+    reach the SQL, so no quoting issue)."""
     def sub(m):
         name = m.group(1)
         if name not in params:
-            raise KeyError(f"{check.id}.sql uses ${{{name}}} but the catalog has no such parameter")
+            raise KeyError(f"{where} uses ${{{name}}} but the catalog has no such parameter")
         return repr(params[name])
-    return _PARAM_RE.sub(sub, check.sql())
+    return _PARAM_RE.sub(sub, sql)
+
+
+def render_sql(check: Check, params: dict[str, float]) -> str:
+    return _substitute(check.sql(), params, f"{check.id}.sql")
+
+
+def prelude_sql() -> str:
+    with open(os.path.join(SQL_DIR, "_prelude.sql"), encoding="utf-8") as f:
+        return _substitute(f.read(), {"window_cap": WINDOW_CAP}, "_prelude.sql")
 
 
 def detect_families(tp) -> dict[str, bool]:
@@ -163,15 +172,16 @@ def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,
     checks = select_checks(only)
     params = params or {}
     families = detect_families(tp)
-    with open(os.path.join(SQL_DIR, "_prelude.sql"), encoding="utf-8") as f:
-        tp.query(f.read())
+    tp.query(prelude_sql())
     bounds = tp.query("select start_ts, end_ts from trace_bounds").rows
     start, end = bounds[0] if bounds else (None, None)
     results = [run_check(tp, c, families, {**c.defaults(), **params.get(c.id, {})}) for c in checks]
-    incomplete = completeness_problem(tp)
+    incomplete = completeness_problem(tp, trace_path or None)
     for r in results:
         if incomplete and r.check.id == "dropped_events" and r.status in ("ok", "info", "n/a", "not recorded"):
             # what came after the cut is unknown: never "no events lost"
             r.findings.insert(0, Finding("warning", incomplete))
             r.status = "warning"
+        elif incomplete and r.status == "not recorded":
+            r.note = f"{r.note} (but the trace is not complete: it may have been cut off)"
     return Report(trace_path, getattr(tp, "engine_name", "?"), start, end, families, results, incomplete)

@@ -40,11 +40,9 @@ def _check_many(paths, fmt, fail_on, ids, overrides, engine, tp_bin):
     import time
 
     from ..checks.fleet import fleet_summary, headline, run_fleet
-    from .interrupt import interruptible
 
     t0 = time.monotonic()
-    with interruptible():
-        reports = run_fleet(paths, engine, tp_bin, ids, overrides)
+    reports = run_fleet(paths, engine, tp_bin, ids, overrides)
     seconds = time.monotonic() - t0
     fleet = fleet_summary(reports)
     if fmt == "json":
@@ -68,6 +66,9 @@ def _check_many(paths, fmt, fail_on, ids, overrides, engine, tp_bin):
                           str(summ.get("warning", 0)), printable(headline(rep)))
         con = Console(highlight=False)
         con.print(table)
+        for rep in reports:
+            if rep.get("complete") is False:
+                con.print(f"warning: {printable(rep['trace'])}: {printable(rep['incomplete'])}", style="bold yellow")
         if fleet["by_check"]:
             con.print("fleet: " + "; ".join(f"{cid} error in {v['error']}, warning in {v['warning']}"
                                             for cid, v in fleet["by_check"].items()))
@@ -100,8 +101,16 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
     with one table and a fleet summary.
 
     Checks whose data is not in the trace say "not recorded". Exit status:
-    0, or 1 with --fail-on when a finding reaches that severity, 2 on errors.
+    0, or 1 with --fail-on when a finding reaches that severity, 2 on errors,
+    130 on Ctrl-C.
     """
+    from .interrupt import interruptible
+
+    with interruptible():  # Ctrl-C anywhere in it: one line, exit 130
+        _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin)
+
+
+def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin):
     from ..checks import CheckConfigError, parse_params, run_checks, select_checks
     from ..checks.catalog import CATALOG
     from ..checks.report import render_text, to_json
@@ -134,16 +143,17 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
         check_writable(annotate_out, invoking_user())
         if os.path.abspath(annotate_out) == os.path.abspath(trace):
             raise UserError("--annotate must name a new file, not the trace itself")
-    from .interrupt import interruptible
+    tp = open_trace_or_fail(trace, engine, tp_bin)
+    try:
+        report = run_checks(tp, trace, only=ids, params=overrides)
+    except TraceProcessorError as e:
+        from ..checks.completeness import file_problem
 
-    with interruptible():
-        tp = open_trace_or_fail(trace, engine, tp_bin)
-        try:
-            report = run_checks(tp, trace, only=ids, params=overrides)
-        except TraceProcessorError as e:
-            raise UserError(f"checks failed: {_one_line(e)}") from None
-        finally:
-            tp.close()
+        # a cut JSON trace loads as nothing at all: the cut is the news, not the missing table
+        cut = file_problem(trace)
+        raise UserError(f"checks failed: {_one_line(e)}" + (f"; {cut}" if cut else "")) from None
+    finally:
+        tp.close()
 
     if fmt == "json":
         sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")

@@ -128,6 +128,7 @@ def _load_module(path: str) -> wasmtime.Module:
 
 
 _interrupted = threading.Event()
+_calls_running = 0  # wasm calls in progress (main thread; host functions run inside them)
 
 
 def interrupt() -> None:
@@ -136,6 +137,27 @@ def interrupt() -> None:
     _interrupted.set()
     if _ENGINE is not None:
         _ENGINE.increment_epoch()
+
+
+def in_call() -> bool:
+    """Whether wasm code is running: a signal handler that runs now runs
+    inside a host function, where raising would corrupt the engine."""
+    return _calls_running > 0
+
+
+class _running:
+    """Marks a stretch that runs wasm code (see in_call); the trap an
+    interrupt() causes leaves it as KeyboardInterrupt."""
+
+    def __enter__(self):
+        global _calls_running
+        _calls_running += 1
+
+    def __exit__(self, exc_type, exc, tb):
+        global _calls_running
+        _calls_running -= 1
+        if exc_type is not None and issubclass(exc_type, Exception) and _interrupted.is_set():
+            raise KeyboardInterrupt from None
 
 
 # --------------------------------------------------------------------------
@@ -177,7 +199,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
             if fn is None or not isinstance(imp.type, wasmtime.FuncType):
                 raise TraceProcessorError(f"unsupported wasm import {imp.module}.{imp.name}")
             externs.append(wasmtime.Func(store, imp.type, fn))
-        inst = wasmtime.Instance(store, module, externs)
+        with _running():
+            inst = wasmtime.Instance(store, module, externs)
         ex = inst.exports(store)
         self._mem = ex["memory"]
         self._mem64 = self._mem.type(store).is_64
@@ -185,8 +208,9 @@ class WasmTraceProcessor(BaseTraceProcessor):
         self._on_request = ex["trace_processor_on_rpc_request"]
 
         # Emscripten's runtime init: stack bounds, then C++ static constructors.
-        ex["emscripten_stack_init"](store)
-        ex["__wasm_call_ctors"](store)
+        with _running():
+            ex["emscripten_stack_init"](store)
+            ex["__wasm_call_ctors"](store)
 
         # The reply callback lives in the function table; its type must match
         # the call_indirect in the module: void(pointer, i32).
@@ -195,7 +219,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
                               lambda ptr, size: me._on_reply(ptr, size))
         table = ex["__indirect_function_table"]
         reply_idx = table.grow(store, 1, reply)
-        self._req_buf = self._u(ex["trace_processor_rpc_init"](store, reply_idx, REQ_BUF_SIZE))
+        with _running():
+            self._req_buf = self._u(ex["trace_processor_rpc_init"](store, reply_idx, REQ_BUF_SIZE))
         self._seq = 0
         self._rx = bytearray()
         self.instantiate_seconds = time.perf_counter() - t0
@@ -228,11 +253,12 @@ class WasmTraceProcessor(BaseTraceProcessor):
             for off in range(0, len(data), REQ_BUF_SIZE):
                 piece = bytearray(view[off:off + REQ_BUF_SIZE])  # write() copies non-bytearrays twice
                 mem.write(store, piece, self._req_buf)
-                self._on_request(store, len(piece))
+                with _running():
+                    self._on_request(store, len(piece))
+        except KeyboardInterrupt:
+            self._dead = "interrupted"
+            raise
         except Exception as e:  # a trap, or a host function that raised
-            if _interrupted.is_set():
-                self._dead = "interrupted"
-                raise KeyboardInterrupt from None
             self._dead = self._crash_text(e)
             raise TraceProcessorError(f"wasm trace_processor crashed: {self._dead}") from None
         # De-frame the stream (repeated field 1, length-delimited).

@@ -125,18 +125,28 @@ select p.upid, p.pid,
             order by t.utid limit 1), p.name, 'pid ' || p.pid) as name
 from process p;
 
--- Consecutive windows of `step` ns over the one-row span table (ts, end_ts);
--- the last one is cut at end_ts. Columns: ts, dur, win (0-based).
+-- The window length for `step` ns windows over the one-row span table (ts,
+-- end_ts), widened so that the span holds at most ${window_cap} windows: the
+-- work of a windowed check grows with the number of windows, and a span of
+-- decades (a crafted or broken trace) must not make it unbounded.
+create or replace perfetto macro _tl_window_step(span TableOrSubquery, step Expr)
+returns Expr as (
+  max($step, coalesce((select (end_ts - ts + ${window_cap} - 1) / ${window_cap} from $span), 0))
+);
+
+-- Consecutive windows of `step` ns (widened as _tl_window_step says) over the
+-- one-row span table (ts, end_ts); the last one is cut at end_ts. Columns:
+-- ts, dur, win (0-based).
 create or replace perfetto macro _tl_windows(span TableOrSubquery, step Expr)
 returns TableOrSubquery as (
-  with recursive w(i) as (
-    select 0 where (select ts from $span) is not null
+  with recursive p as (select ts, end_ts, _tl_window_step!($span, $step) as step from $span where ts is not null),
+  w(i) as (
+    select 0 from p
     union all
-    select i + 1 from w
-    where (select ts from $span) + (i + 1) * ($step) < (select end_ts from $span)
+    select i + 1 from w, p where p.ts + (i + 1) * p.step < p.end_ts
   )
-  select s.ts + i * ($step) as ts, min($step, s.end_ts - (s.ts + i * ($step))) as dur, i as win
-  from w, $span s
+  select p.ts + i * p.step as ts, min(p.step, p.end_ts - (p.ts + i * p.step)) as dur, i as win
+  from w, p
 );
 
 -- Per key: row count n, nearest-rank p50 and p99, and max of `val` over the

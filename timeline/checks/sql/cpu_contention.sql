@@ -75,7 +75,8 @@ select group_concat(printf('%s %.2f s', who, busy / 1e9), ', ') as who from (
 -- join against every window is quadratic on long traces).
 create or replace perfetto table _tl_cc_storm as
 select w.ts, w.dur, s.n, s.n * 1e9 / w.dur as rate
-from (select (ts - (select ts from _tl_cc_span)) / cast(${window_s} * 1e9 as int) as win, count(*) as n
+from (select (ts - (select ts from _tl_cc_span)) / _tl_window_step!(_tl_cc_span, cast(${window_s} * 1e9 as int))
+             as win, count(*) as n
       from _tl_cc_st where state = 'Running' group by win) s
 join _tl_cc_win w using (win)
 -- A short window (the last one, or the whole span when a full ring kept only
@@ -137,6 +138,14 @@ select * from (
     and (select runnable >= ${warn_fraction} * (runnable + running) and runnable >= ${min_wall_fraction} * span
          from _tl_cc)
   order by 1.0 * r / (r + run) desc limit 1)
+union all
+select 'info', printf('the dispatcher''s span of %.0f s would need %,d windows of %g s: they are %.0f s long '
+                      || 'instead (%,d of them)', (end_ts - ts) / 1e9,
+                      (end_ts - ts + cast(${window_s} * 1e9 as int) - 1) / cast(${window_s} * 1e9 as int),
+                      ${window_s}, step / 1e9, (end_ts - ts + step - 1) / step),
+  null, null, null, null, null, null, null
+from (select *, _tl_window_step!(_tl_cc_span, cast(${window_s} * 1e9 as int)) as step from _tl_cc_span)
+where step > cast(${window_s} * 1e9 as int)
 union all
 select 'n/a', 'no main training thread found (no process with scheduled threads)', null, null, null, null,
   null, null, null

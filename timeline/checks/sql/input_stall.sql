@@ -89,6 +89,14 @@ select * from (
   group by win having sum(j.dur) >= ${warn_fraction} * w.dur
   order by sum(j.dur) * 1.0 / w.dur desc limit cast(${max_windows} as int))
 union all
+select 'info', printf('the DataLoader''s run of %.0f s would need %,d windows of %g s: they are %.0f s long '
+                      || 'instead (%,d of them)', (end_ts - ts) / 1e9,
+                      (end_ts - ts + cast(${window_s} * 1e9 as int) - 1) / cast(${window_s} * 1e9 as int),
+                      ${window_s}, step / 1e9, (end_ts - ts + step - 1) / step),
+  null, null, null, null, null, null, null, null
+from (select *, _tl_window_step!(_tl_is_span, cast(${window_s} * 1e9 as int)) as step from _tl_is_span)
+where step > cast(${window_s} * 1e9 as int)
+union all
 select 'n/a', 'no DataLoader worker processes (pt_data_worker) in this trace: with num_workers=0 the main '
   || 'thread loads batches itself and a stall cannot be told apart from training',
   null, null, null, null, null, null, null, null
