@@ -48,7 +48,8 @@ def format_for(out_path: str) -> str:
 
 def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None) -> ConvertResult:
     """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
-    user: in sudo mode, the invoking user who creates and owns the output.
+    user: in sudo mode, the invoking user, who creates and owns the output
+    and as whom the files the raw log names are read.
 
     fmt: "perfetto" | "chrome"; None picks it from out_path (format_for).
     "chrome" is gzip-compressed when out_path ends with .gz.
@@ -66,7 +67,11 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         raise ValueError("output path is the raw log itself")
     size = os.stat(raw_path).st_size if os.path.exists(raw_path) else 0
     total = 2 * size  # two passes over the file
-    m = _model.scan(raw_path, progress, total, families_loader=_families.load)
+    def load_families(model):
+        model.user = user  # files the raw log names (mapped libraries) are read as the user
+        return _families.load(model)
+
+    m = _model.scan(raw_path, progress, total, families_loader=load_families)
     norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
     events = 0
     atomic = _AtomicOutput(out_path, user)

@@ -8,47 +8,69 @@ Demangling is timeline.demangle (libstdc++'s __cxa_demangle over ctypes).
 """
 from __future__ import annotations
 
-import functools
+import os
 
 import numpy as np
 from elftools.elf.elffile import ELFFile
 
+from .. import safe_input
 from ..demangle import demangle  # noqa: F401  (re-exported: the converter names kernels with it)
 
 SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                 ("value", "<u8"), ("size", "<u8")])
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 VERSYM_HIDDEN = 0x8000
+# Bytes read from one ELF file at most: headers plus the symbol, string and
+# version tables (92 MiB for torch 2.x libtorch_cpu.so: room for libraries several times larger).
+ELF_READ_BUDGET = 512 << 20
 
 
 class ElfSymbols:
-    """Symbols and load segments of one ELF file (64-bit little-endian)."""
+    """Symbols and load segments of one ELF file (64-bit little-endian).
 
-    def __init__(self, path: str):
-        self.path = path
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            if elf.elfclass != 64 or not elf.little_endian:
-                raise ValueError(f"{path}: not a 64-bit little-endian ELF")
-            self.segments = [(s["p_offset"], s["p_vaddr"], s["p_filesz"], s["p_memsz"])
-                             for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-            self.tables = []  # (syms, strtab bytes, versym or None); .dynsym first when present
-            self.has_dynsym = False
-            for sym_sec, has_ver in ((".dynsym", True), (".symtab", False)):
-                sec = elf.get_section_by_name(sym_sec)
-                if sec is None or sec["sh_type"] == "SHT_NOBITS":
-                    continue
-                syms = np.frombuffer(sec.data(), SYM)
-                strtab = elf.get_section(sec["sh_link"]).data()
-                ver = None
-                if has_ver:
-                    vs = elf.get_section_by_name(".gnu.version")
-                    if vs is not None:
-                        ver = np.frombuffer(vs.data(), "<u2")
-                        if ver.size != syms.size:
-                            ver = None
-                self.tables.append((syms, strtab, ver))
-                self.has_dynsym |= has_ver
+    ElfSymbols(path) opens `path` itself: symbolic links resolved first (the
+    recorder names libraries by ldconfig or --cuda-lib paths, often links),
+    then safe_input's rules (regular files only, a FIFO refused at once).
+    ElfSymbols(path, fd) reads a descriptor opened by the caller and leaves
+    it open (a file a raw log names, opened as the invoking user).  Either
+    way at most ELF_READ_BUDGET bytes are read: a crafted file cannot make us
+    read without end."""
+
+    def __init__(self, path: str, fd: int | None = None):
+        self.path = os.fspath(path)
+        own = fd is None
+        if own:
+            fd = safe_input.open_input(os.path.realpath(self.path))
+        try:
+            with safe_input.BoundedReader(fd, ELF_READ_BUDGET, self.path, closefd=False) as f:
+                self._parse(f)
+        finally:
+            if own:
+                os.close(fd)
+
+    def _parse(self, f) -> None:
+        elf = ELFFile(f)
+        if elf.elfclass != 64 or not elf.little_endian:
+            raise ValueError(f"{self.path}: not a 64-bit little-endian ELF")
+        self.segments = [(s["p_offset"], s["p_vaddr"], s["p_filesz"], s["p_memsz"])
+                         for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        self.tables = []  # (syms, strtab bytes, versym or None); .dynsym first when present
+        self.has_dynsym = False
+        for sym_sec, has_ver in ((".dynsym", True), (".symtab", False)):
+            sec = elf.get_section_by_name(sym_sec)
+            if sec is None or sec["sh_type"] == "SHT_NOBITS":
+                continue
+            syms = np.frombuffer(sec.data(), SYM)
+            strtab = elf.get_section(sec["sh_link"]).data()
+            ver = None
+            if has_ver:
+                vs = elf.get_section_by_name(".gnu.version")
+                if vs is not None:
+                    ver = np.frombuffer(vs.data(), "<u2")
+                    if ver.size != syms.size:
+                        ver = None
+            self.tables.append((syms, strtab, ver))
+            self.has_dynsym |= has_ver
         self._funcs = None
 
     @staticmethod
@@ -123,12 +145,4 @@ class ElfSymbols:
             if i == 0 or int(start[i - 1]) != s:
                 break
             i -= 1
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def elf_symbols(path: str) -> ElfSymbols | None:
-    try:
-        return ElfSymbols(path)
-    except Exception:  # missing, unreadable or not ELF: callers fall back to lib+offset
         return None
