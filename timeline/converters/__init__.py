@@ -17,6 +17,7 @@ import os
 import sys
 
 from ..rawlog import Damage, RawLogError
+from ..trace_file import format_for, is_gzip_name
 from . import families as _families
 from . import model as _model
 from .model import ItemKind
@@ -40,12 +41,6 @@ class ConvertResult:
     switch_bytes: int = 0        # perfetto: bytes of the compact_sched switch arrays
 
 
-def format_for(out_path: str) -> str:
-    """The format an output name implies: .json / .json.gz -> chrome, else perfetto."""
-    p = os.fspath(out_path).lower()
-    return "chrome" if p.endswith((".json", ".json.gz")) else "perfetto"
-
-
 def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None) -> ConvertResult:
     """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
     user: in sudo mode, the invoking user, who creates and owns the output
@@ -67,6 +62,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         raise ValueError("output path is the raw log itself")
     size = os.stat(raw_path).st_size if os.path.exists(raw_path) else 0
     total = 2 * size  # two passes over the file
+
     def load_families(model):
         model.user = user  # files the raw log names (mapped libraries) are read as the user
         return _families.load(model)
@@ -77,7 +73,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
     atomic = _AtomicOutput(out_path, user)
     with atomic as raw_f:
         f = raw_f
-        if fmt == "chrome" and out_path.endswith(".gz"):
+        if fmt == "chrome" and is_gzip_name(out_path):
             f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
         w: TraceWriter
         if fmt == "perfetto":
