@@ -28,7 +28,9 @@ CHROME_SUFFIXES = (".json", ".json.gz")
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 HEAD_BYTES = 4096           # enough to tell a file's kind
 MAX_TRACE_BYTES = 4 << 30   # the most of one trace held in memory or decompressed (the wasm engine's ceiling too)
-_READ = 1 << 20             # bytes per read and per decompressed piece
+MAX_TRACE_ENV = "TIMELINE_MAX_TRACE_BYTES"  # a smaller (or larger) cap, in bytes
+_FEED = 1 << 16             # compressed bytes per read: small, as zlib copies what it has not used yet
+_PIECE = 1 << 20            # decompressed bytes per piece
 
 
 class TraceFileError(UserError):
@@ -172,21 +174,28 @@ def viewable_kind(head: bytes, path) -> str:
 
 # -- gzip ----------------------------------------------------------------------
 
-def inflate(fd: int, path, limit: int = MAX_TRACE_BYTES):
+def max_trace_bytes() -> int:
+    """MAX_TRACE_BYTES, or the positive number of bytes in $TIMELINE_MAX_TRACE_BYTES."""
+    v = os.environ.get(MAX_TRACE_ENV, "")
+    return int(v) if v.isascii() and v.isdigit() and int(v) > 0 else MAX_TRACE_BYTES
+
+
+def inflate(fd: int, path, limit: int | None = None):
     """The decompressed bytes of gzip file `fd`, in pieces of at most 1 MiB
     (concatenated members are read in turn; zero padding after the last is
     ignored).  TraceFileError when the data is corrupt, cut off, or more than
-    `limit` bytes: memory stays small whatever the file holds."""
+    `limit` bytes (max_trace_bytes()): memory stays small whatever the file holds."""
     p = printable(path)
+    limit = max_trace_bytes() if limit is None else limit
     d, fed, total, off = zlib.decompressobj(wbits=31), False, 0, 0
     try:
-        while chunk := os.pread(fd, _READ, off):
+        while chunk := os.pread(fd, _FEED, off):
             off += len(chunk)
             while chunk:
                 if not fed and not chunk.strip(b"\0"):
                     return  # zero padding after the last member
                 fed = True
-                out = d.decompress(chunk, _READ)
+                out = d.decompress(chunk, _PIECE)
                 chunk = d.unconsumed_tail
                 while True:
                     total += len(out)
@@ -196,9 +205,9 @@ def inflate(fd: int, path, limit: int = MAX_TRACE_BYTES):
                     if out:
                         yield out
                     # all input taken but output may still be pending in the decompressor
-                    if d.eof or chunk or len(out) < _READ:
+                    if d.eof or chunk or len(out) < _PIECE:
                         break
-                    out = d.decompress(b"", _READ)
+                    out = d.decompress(b"", _PIECE)
                 if d.eof:  # another member may follow (concatenated gzip)
                     chunk, d, fed = d.unused_data + chunk, zlib.decompressobj(wbits=31), False
     except zlib.error as e:
@@ -207,10 +216,12 @@ def inflate(fd: int, path, limit: int = MAX_TRACE_BYTES):
         raise TraceFileError(f"{p} is a truncated gzip file (cut off before its end)")
 
 
-def read_whole(fd: int, path, limit: int = MAX_TRACE_BYTES) -> bytes | bytearray:
+def read_whole(fd: int, path, limit: int | None = None) -> bytes | bytearray:
     """The whole trace in memory, decompressed when it is gzip; TraceFileError
-    past `limit` bytes.  A gzip file is decompressed twice (counting, then
-    filling a buffer of that size): a gzip bomb costs time, never memory."""
+    past `limit` bytes (max_trace_bytes()).  A gzip file is decompressed twice
+    (counting, then filling a buffer of that size): a gzip bomb costs time,
+    never memory."""
+    limit = max_trace_bytes() if limit is None else limit
     if os.pread(fd, 2, 0) == b"\x1f\x8b":
         size = sum(len(piece) for piece in inflate(fd, path, limit))
         buf, at = bytearray(size), 0

@@ -35,7 +35,7 @@ def expand_inputs(args: tuple[str, ...]) -> list[str]:
 
 def _read(path: str, user):
     """The trace's bytes (decompressed), opened once as `user` (sudo mode);
-    at most trace_file.MAX_TRACE_BYTES, which merge holds in memory per input."""
+    at most trace_file.max_trace_bytes() (4 GiB): merge holds each input in memory."""
     chrome = (f"{printable(path)} is Chrome JSON, which cannot hold several machines: "
               "merge the .pftrace traces (`timeline convert RAW -o X.pftrace` makes one)")
     if trace_file.format_for(path) == "chrome":
