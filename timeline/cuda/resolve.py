@@ -37,7 +37,7 @@ class MappedFiles:
         self._fds: dict[str, int | None] = {}
         self._elf: dict[str, ElfSymbols | None] = {}
 
-    def open(self, paths) -> None:
+    def open_many(self, paths) -> None:
         new = [p for p in dict.fromkeys(paths) if p not in self._fds]
         room = max(0, MAX_MAPPED_FILES - len(self._fds))
         for p in new[room:]:
@@ -48,7 +48,7 @@ class MappedFiles:
 
     def fd(self, path: str) -> int | None:
         if path not in self._fds:
-            self.open([path])
+            self.open_many([path])
         return self._fds[path]
 
     def elf(self, path: str) -> ElfSymbols | None:
@@ -159,7 +159,7 @@ class MapsIndex:
     def prefetch(self, lookups) -> None:
         """Open, in one batch, the files that these (pid, addr, ts) lookups will read."""
         maps = (self._mapping(pid, addr, ts) for pid, addr, ts in lookups)
-        self.files.open(m[3] for m in maps if m is not None)
+        self.files.open_many(m[3] for m in maps if m is not None)
 
     def close(self) -> None:
         self.files.close()
