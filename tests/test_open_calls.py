@@ -62,6 +62,9 @@ ALLOWED = {
     # these files move them to safe_input (issue 20); remove the entries then.
     ("timeline/rawlog.py", "RawLogReader.__init__", "open"):
         "a raw log by name (in sudo mode convert passes it /proc/self/fd/N, opened as the user)",
+    ("timeline/cuda/symbols.py", "_open_following", "os.open"):
+        "ElfSymbols(path), the recorder's library scan (ldconfig/--cuda-lib links, /proc/PID/root paths): "
+        "follows links, but O_NONBLOCK, regular files only, reads bounded; cuda/plugin.py's branch passes descriptors",
     ("timeline/cuda/discovery.py", "_python_of", "open"): "the target command's first line (readline(256)), as root",
     ("timeline/cuda/discovery.py", "site_dirs", "open"): "pyvenv.cfg next to the target's interpreter, as root",
     # not files

@@ -8,7 +8,9 @@ Demangling is timeline.demangle (libstdc++'s __cxa_demangle over ctypes).
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 
 import numpy as np
 from elftools.elf.elffile import ELFFile
@@ -25,22 +27,34 @@ VERSYM_HIDDEN = 0x8000
 ELF_READ_BUDGET = 512 << 20
 
 
+def _open_following(path: str) -> int:
+    """safe_input's flags less O_NOFOLLOW, and the same regular-file check."""
+    fd = os.open(path, safe_input.READ_FLAGS & ~os.O_NOFOLLOW)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise safe_input.NotRegularFile(errno.EINVAL, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return fd
+
+
 class ElfSymbols:
     """Symbols and load segments of one ELF file (64-bit little-endian).
 
-    ElfSymbols(path) opens `path` itself: symbolic links resolved first (the
-    recorder names libraries by ldconfig or --cuda-lib paths, often links),
-    then safe_input's rules (regular files only, a FIFO refused at once).
     ElfSymbols(path, fd) reads a descriptor opened by the caller and leaves
-    it open (a file a raw log names, opened as the invoking user).  Either
-    way at most ELF_READ_BUDGET bytes are read: a crafted file cannot make us
-    read without end."""
+    it open (a file a raw log names, opened as the invoking user by
+    safe_input).  ElfSymbols(path) opens `path` itself, following symbolic
+    links as before (the recorder's library scan names libraries by ldconfig
+    and --cuda-lib paths, often links, and by /proc/PID/root paths), but
+    without blocking and regular files only.  Either way at most
+    ELF_READ_BUDGET bytes are read: a crafted file cannot make us read
+    without end."""
 
     def __init__(self, path: str, fd: int | None = None):
         self.path = os.fspath(path)
         own = fd is None
         if own:
-            fd = safe_input.open_input(os.path.realpath(self.path))
+            fd = _open_following(self.path)
         try:
             with safe_input.BoundedReader(fd, ELF_READ_BUDGET, self.path, closefd=False) as f:
                 self._parse(f)
