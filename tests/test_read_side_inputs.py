@@ -247,3 +247,17 @@ def test_merge_of_a_gzip_bomb_is_one_line_in_bounded_memory(inputs):
     assert cp.stdout.startswith("timeline: error: ") and "decompresses to more than 1 GiB" in cp.stdout, cp.stdout
     assert rss < 400 << 20, rss  # the old merge held the 3 GiB it decompressed
     assert not os.path.exists(out)
+
+
+def test_elf_reads_are_bounded_and_never_wait(tmp_path, monkeypatch):
+    from timeline.cuda import symbols
+    from timeline.safe_input import NotRegularFile
+
+    fifo = str(tmp_path / "libcudart.so.12")
+    os.mkfifo(fifo)
+    with pytest.raises(NotRegularFile):  # the recorder's library scan: refused at once, not waited on
+        symbols.ElfSymbols(fifo)
+    assert symbols.ElfSymbols("/bin/true").segments  # an ELF file within the budget
+    monkeypatch.setattr(symbols, "ELF_READ_BUDGET", 4096)
+    with pytest.raises(Exception, match="read more than 4096 bytes"):  # (pyelftools wraps InputTooLarge)
+        symbols.ElfSymbols("/bin/true")
