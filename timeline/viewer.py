@@ -20,11 +20,11 @@ import mimetypes
 import os
 import secrets
 import signal
-import stat
 import urllib.parse
-import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
+
+from . import trace_file
 
 HOST = "127.0.0.1"  # never reachable from other machines
 MAX_PATH = 2048
@@ -34,8 +34,7 @@ _TYPES = {".wasm": "application/wasm", ".js": "text/javascript", ".mjs": "text/j
           ".ttf": "font/ttf", ".ico": "image/x-icon", ".map": "application/json"}
 
 
-class TraceFileError(ValueError):
-    """The trace cannot be served (one line, for the user)."""
+TraceFileError = trace_file.TraceFileError  # the trace cannot be served (one line, for the user)
 
 
 def ui_root() -> str:
@@ -63,118 +62,17 @@ def _ui_files(root: str) -> dict[str, str]:
     return files
 
 
-def open_trace_fd(path: str) -> int:
-    """Open the trace once, never through a symlink, and check it is a regular
-    file of a kind the UI opens. Returns the descriptor."""
+def open_trace_fd(path: str, user=None) -> int:
+    """Open the trace once (as `user`, the invoking user in sudo mode), never
+    through a symlink, and check it is a regular file of a kind the UI opens.
+    Returns the descriptor."""
+    fd = trace_file.open_trace_file(path, user)
     try:
-        # O_NONBLOCK: a FIFO must not hang the open; it is refused just below.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if os.path.islink(path):
-            raise TraceFileError(f"{path} is a symbolic link; pass the file itself "
-                                 f"({os.path.realpath(path)})") from None
-        raise TraceFileError(f"cannot open {path}: {e.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceFileError(f"{path} is not a regular file")
-        check_trace_kind(os.pread(fd, 4096, 0), path)
+        trace_file.viewable_kind(trace_file.read_head(fd), path)
     except BaseException:
         os.close(fd)
         raise
     return fd
-
-
-def check_trace_kind(head: bytes, path: str) -> str:
-    """'json', 'proto' or 'gzip' from the first bytes, else TraceFileError."""
-    from .rawlog import MAGIC
-
-    if not head:
-        raise TraceFileError(f"{path} is empty")
-    if head.startswith(MAGIC[:5]):
-        raise TraceFileError(f"{path} is a raw log: convert it first with `timeline convert {path}`")
-    if head[:2] == b"\x1f\x8b":
-        try:  # decompress only what the first bytes hold
-            inner = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 256)
-        except zlib.error:
-            inner = b""
-        if inner and _kind(inner):
-            return "gzip"
-        raise TraceFileError(f"{path} is gzip'd but not a Chrome JSON or Perfetto trace")
-    kind = _kind(head)
-    if not kind:
-        raise TraceFileError(f"{path} is not a Perfetto (protobuf) or Chrome JSON trace")
-    return kind
-
-
-def _kind(head: bytes) -> Optional[str]:
-    text = head.lstrip()
-    if text[:1] in (b"{", b"[") and (len(text) < 2 or text[1:].lstrip()[:1] in b'"{[]}'):
-        return "json"
-    # A Perfetto trace is `repeated TracePacket packet = 1`: tag 0x0a, a length,
-    # then the packet's fields; walk those the first bytes hold, each tag must be
-    # well-formed (field > 0, wire type 0, 1, 2 or 5) and fit in the packet.
-    if head[:1] != b"\x0a":
-        return None
-    length, i = _varint(head, 1)
-    if length is None:
-        return None
-    end = min(len(head), i + length)
-    while i < end:
-        tag, i = _varint(head, i)
-        if tag is None or not tag >> 3 or (tag & 7) not in (0, 1, 2, 5):
-            return None
-        wire = tag & 7
-        if wire == 0:
-            value, i = _varint(head, i)
-            if value is None:
-                return None if i < len(head) else "proto"
-        elif wire == 2:
-            size, i = _varint(head, i)
-            if size is None:
-                return None if i < len(head) else "proto"
-            i += size
-        else:
-            i += 8 if wire == 1 else 4
-    return None if i > end and end < len(head) else "proto"  # a field may not overrun its packet
-
-
-def _varint(data: bytes, i: int) -> tuple[Optional[int], int]:
-    """(value, next index); value None when malformed or cut off by the end of data."""
-    value = 0
-    for shift in range(0, 70, 7):
-        if i >= len(data):
-            return None, i
-        b = data[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-    return None, len(data) + 1  # more than 10 bytes: malformed
-
-
-def _fields(data: bytes):
-    """(field number, wire type, value) of a protobuf message; value is an int
-    (varint) or bytes (length-delimited); stops at anything malformed."""
-    i = 0
-    while i < len(data):
-        tag, i = _varint(data, i)
-        if tag is None:
-            return
-        wire = tag & 7
-        if wire == 0:
-            value, i = _varint(data, i)
-        elif wire == 2:
-            n, i = _varint(data, i)
-            if n is None or i + n > len(data):
-                return
-            value, i = data[i:i + n], i + n
-        elif wire in (1, 5):
-            value, i = None, i + (8 if wire == 1 else 4)
-        else:
-            return
-        if value is None and wire == 0:
-            return
-        yield tag >> 3, wire, value
 
 
 def command_pid(fd: int, size: int) -> Optional[int]:
@@ -186,16 +84,19 @@ def command_pid(fd: int, size: int) -> Optional[int]:
     for start in range(len(tail) - 2, -1, -1):
         if tail[start] != 0x0A:  # Trace.packet, length-delimited
             continue
-        n, body = _varint(tail, start + 1)
-        if n is None or body + n != len(tail):
+        try:
+            n, body = trace_file.varint(tail, start + 1, len(tail))
+        except trace_file.ProtoError:
             continue
-        for field, wire, bundle in _fields(tail[body:]):
+        if body + n != len(tail):
+            continue
+        for field, wire, bundle in trace_file.fields(tail[body:]):
             if field != 5 or wire != 2:  # TracePacket.chrome_events
                 continue
-            for f2, w2, meta in _fields(bundle):
+            for f2, w2, meta in trace_file.fields(bundle):
                 if f2 != 2 or w2 != 2:  # ChromeEventBundle.metadata
                     continue
-                entry = {f: v for f, _, v in _fields(meta)}  # ChromeMetadata: name 1, int_value 4
+                entry = {f: v for f, _, v in trace_file.fields(meta)}  # ChromeMetadata: name 1, int_value 4
                 if entry.get(1) == b"timeline_command_pid" and isinstance(entry.get(4), int) \
                         and 0 < entry[4] < 1 << 22:
                     return entry[4]
@@ -279,8 +180,9 @@ class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, trace_path: str, port: int = 0, root: Optional[str] = None, verbose: bool = False):
-        self.trace_fd = open_trace_fd(trace_path)
+    def __init__(self, trace_path: str, port: int = 0, root: Optional[str] = None, verbose: bool = False,
+                 user=None):
+        self.trace_fd = open_trace_fd(trace_path, user)
         try:
             self.trace_size = os.fstat(self.trace_fd).st_size  # fixed at start, like the file
             self.trace_name = "trace/" + os.path.basename(trace_path)

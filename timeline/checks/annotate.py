@@ -12,6 +12,7 @@ import json
 import os
 from typing import Optional
 
+from .. import trace_file
 from .runner import SEVERITIES, Report
 
 TRACK_NAME = "timeline findings"
@@ -56,19 +57,6 @@ def _args(check, f) -> dict:
 
 def _slice_name(check, f) -> str:
     return f"{f.severity.upper()}: {check.title}"
-
-
-def _sniff_json(path: str) -> tuple[bool, bool]:
-    """(is_json, gzipped) from the file's first bytes."""
-    with open(path, "rb") as fh:
-        head = fh.read(2)
-    if head == b"\x1f\x8b":
-        with gzip.open(path, "rb") as g:
-            first = g.read(64).lstrip()[:1]
-        return first in (b"{", b"["), True
-    with open(path, "rb") as fh:
-        first = fh.read(64).lstrip()[:1]
-    return first in (b"{", b"["), False
 
 
 def _proto_packets(report: Report) -> bytes:
@@ -132,28 +120,36 @@ def _json_events(report: Report) -> list[dict]:
 
 
 def write_annotated(src: str, out: str, report: Report, user=None) -> int:
-    """Writes `src` plus the report's findings to `out` (same format as src),
-    created through safe_output (as `user`, the invoking user, in sudo mode).
+    """Writes `src` plus the report's findings to `out` (same format as src).
+    `src` is read, and `out` created through safe_output, as `user` (the
+    invoking user in sudo mode): root copies nothing the user could not read.
     Returns the number of findings written."""
     from ..safe_output import OutputFile
 
-    is_json, gz = _sniff_json(src)
-    if gz and not is_json:
-        raise ValueError(f"{src} is gzip-compressed but not JSON: decompress it first to annotate it")
     n = sum(1 for _ in _items(report))
-    with OutputFile(out, user) as dest, os.fdopen(os.dup(dest.fd), "wb") as fh:
-        if is_json:
-            opener = gzip.open if gz else open
-            with opener(src, "rb") as f:
-                doc = json.load(f)
+    fd = trace_file.open_trace_file(src, user)
+    try:
+        head = trace_file.read_head(fd)
+        gz = trace_file.sniff(head) == trace_file.GZIP
+        is_json = trace_file.sniff(trace_file.gzip_head(head) if gz else head) == trace_file.JSON
+        if gz and not is_json:
+            raise ValueError(f"{src} is gzip-compressed but not JSON: decompress it first to annotate it")
+        doc = None
+        if is_json:  # loaded whole, before the output exists
+            doc = json.loads(trace_file.read_whole(fd, src))
             if isinstance(doc, list):  # the bare-array form of the JSON trace format
                 doc = {"traceEvents": doc}
             doc.setdefault("traceEvents", []).extend(_json_events(report))
-            data = json.dumps(doc, separators=(",", ":")).encode()
-            fh.write(gzip.compress(data, 6) if out.endswith(".gz") else data)
-        else:
-            with open(src, "rb") as f:
-                while chunk := f.read(1 << 24):
+        with OutputFile(out, user) as dest, os.fdopen(os.dup(dest.fd), "wb") as fh:
+            if doc is not None:
+                data = json.dumps(doc, separators=(",", ":")).encode()
+                fh.write(gzip.compress(data, 6) if trace_file.is_gzip_name(out) else data)
+            else:
+                off = 0
+                while chunk := os.pread(fd, 1 << 24, off):
                     fh.write(chunk)
-            fh.write(_proto_packets(report))
+                    off += len(chunk)
+                fh.write(_proto_packets(report))
+    finally:
+        os.close(fd)
     return n

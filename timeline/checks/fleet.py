@@ -43,7 +43,7 @@ def _one(args) -> dict:
     from .report import to_json
     from .runner import run_checks
 
-    from ..commands.trace_input import check_trace_file
+    from ..trace_file import check_trace_file
     from ..errors import UserError
 
     try:

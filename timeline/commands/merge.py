@@ -8,13 +8,11 @@ import os
 import click
 
 from ..errors import UserError
-from ..safe_output import OutputFile, open_for_reading
+from .. import trace_file
+from ..safe_output import OutputFile
 from ..target import invoking_user
 from ..terminal import printable
 from .output import check_writable, human_bytes
-from .trace_input import check_trace_file
-
-TRACE_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 
 
 def expand_inputs(args: tuple[str, ...]) -> list[str]:
@@ -22,7 +20,7 @@ def expand_inputs(args: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     for a in args:
         if os.path.isdir(a):
-            found = sorted(os.path.join(a, f) for f in os.listdir(a) if f.endswith(TRACE_SUFFIXES))
+            found = sorted(os.path.join(a, f) for f in os.listdir(a) if f.endswith(trace_file.PERFETTO_SUFFIXES))
             if not found:
                 raise UserError(f"{printable(a)} holds no Perfetto traces (*.pftrace)")
         elif any(c in a for c in "*?[") and not os.path.exists(a):
@@ -35,24 +33,23 @@ def expand_inputs(args: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _read(path: str, user) -> bytes:
-    if path.endswith((".json", ".json.gz")):
-        raise UserError(f"{printable(path)} is Chrome JSON, which cannot hold several machines: "
-                        "merge the .pftrace traces (`timeline convert RAW -o X.pftrace` makes one)")
-    check_trace_file(path)
+def _read(path: str, user):
+    """The trace's bytes (decompressed), opened once as `user` (sudo mode);
+    at most trace_file.max_trace_bytes() (4 GiB): merge holds each input in memory."""
+    chrome = (f"{printable(path)} is Chrome JSON, which cannot hold several machines: "
+              "merge the .pftrace traces (`timeline convert RAW -o X.pftrace` makes one)")
+    if trace_file.format_for(path) == "chrome":
+        raise UserError(chrome)
+    fd = trace_file.open_trace_file(path, user)
     try:
-        fd = open_for_reading(path, user)
-    except OSError as e:
-        raise UserError(f"cannot read {printable(path)}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        import gzip
-        data = gzip.decompress(data)
-    if data.lstrip()[:1] in (b"{", b"["):
-        raise UserError(f"{printable(path)} is Chrome JSON, which cannot hold several machines: "
-                        "merge the .pftrace traces")
-    return data
+        head = trace_file.read_head(fd)
+        if trace_file.refuse_empty_or_raw(head, path) == trace_file.GZIP:
+            head = trace_file.gzip_head(head)
+        if trace_file.sniff(head) == trace_file.JSON:
+            raise UserError(chrome)
+        return trace_file.read_whole(fd, path)  # (a gzip file is checked whole on the way)
+    finally:
+        os.close(fd)
 
 
 @click.command("merge")
@@ -65,7 +62,7 @@ def merge_cmd(traces, output, quiet):
     clock snapshot.  TRACES: files, directories or globs of .pftrace files."""
     from ..converters import merge_traces as mt
 
-    if output.endswith((".json", ".json.gz")):
+    if trace_file.format_for(output) == "chrome":
         raise UserError("Chrome JSON cannot hold several machines: write the merged trace as .pftrace")
     paths = expand_inputs(traces)
     if len(paths) < 2:

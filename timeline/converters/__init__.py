@@ -17,6 +17,7 @@ import os
 import sys
 
 from ..rawlog import Damage, RawLogError
+from ..trace_file import format_for, is_gzip_name
 from . import families as _families
 from . import model as _model
 from .model import ItemKind
@@ -40,15 +41,10 @@ class ConvertResult:
     switch_bytes: int = 0        # perfetto: bytes of the compact_sched switch arrays
 
 
-def format_for(out_path: str) -> str:
-    """The format an output name implies: .json / .json.gz -> chrome, else perfetto."""
-    p = os.fspath(out_path).lower()
-    return "chrome" if p.endswith((".json", ".json.gz")) else "perfetto"
-
-
 def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None) -> ConvertResult:
     """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
-    user: in sudo mode, the invoking user who creates and owns the output.
+    user: in sudo mode, the invoking user, who creates and owns the output
+    and as whom the files the raw log names are read.
 
     fmt: "perfetto" | "chrome"; None picks it from out_path (format_for).
     "chrome" is gzip-compressed when out_path ends with .gz.
@@ -66,13 +62,18 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         raise ValueError("output path is the raw log itself")
     size = os.stat(raw_path).st_size if os.path.exists(raw_path) else 0
     total = 2 * size  # two passes over the file
-    m = _model.scan(raw_path, progress, total, families_loader=_families.load)
+
+    def load_families(model):
+        model.user = user  # files the raw log names (mapped libraries) are read as the user
+        return _families.load(model)
+
+    m = _model.scan(raw_path, progress, total, families_loader=load_families)
     norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
     events = 0
     atomic = _AtomicOutput(out_path, user)
     with atomic as raw_f:
         f = raw_f
-        if fmt == "chrome" and out_path.endswith(".gz"):
+        if fmt == "chrome" and is_gzip_name(out_path):
             f = gzip.GzipFile(fileobj=raw_f, mode="wb", compresslevel=5, mtime=0)
         w: TraceWriter
         if fmt == "perfetto":

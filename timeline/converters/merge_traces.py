@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from .. import trace_file
+
 CLOCK_REALTIME, CLOCK_BOOTTIME = 1, 6
 SEQ_STRIDE = 1 << 16        # sequence ids of machine i: i * SEQ_STRIDE + original
 ID_SALT = 0x9E3779B97F4A7C15  # uuids/flow ids of machine i: mixed with i (64-bit)
@@ -61,43 +63,12 @@ class Input:
         return self.start + d, self.end + d
 
 
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("bad varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
 def packet_spans(buf, path: str = ""):
     """(start, end) of each TracePacket in a Trace's bytes, without parsing them."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        try:
-            key, pos = _varint(buf, pos, end)
-            wire = key & 7
-            if wire == 2:
-                n, pos = _varint(buf, pos, end)
-                if pos + n > end:
-                    raise ValueError("truncated")
-                if key >> 3 == 1:
-                    yield pos, pos + n
-                pos += n
-            elif wire == 0:
-                _, pos = _varint(buf, pos, end)
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
-                raise ValueError(f"wire type {wire}")
-        except ValueError:
-            raise MergeError(f"{path} is not a Perfetto protobuf trace (or it is damaged)") from None
+    try:
+        yield from trace_file.packet_spans(buf)
+    except trace_file.ProtoError:
+        raise MergeError(f"{path} is not a Perfetto protobuf trace (or it is damaged)") from None
 
 
 def _packet(buf, a: int, b: int, path: str) -> pb.TracePacket:

@@ -124,6 +124,7 @@ class LogModel:
     launched_pid: int | None = None  # launch mode: the recorded command's process
     # flows between families' slices (a call -> the GPU work it caused), see call_links.py
     call_links: CallLinks = dataclasses.field(default_factory=CallLinks)
+    user: object = None  # sudo mode: the invoking user, whom files a family reads by name are opened as
 
     @property
     def command_pid(self) -> int | None:

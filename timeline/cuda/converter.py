@@ -50,7 +50,7 @@ class CudaConverter(FamilyConverter):
     def __init__(self, model):
         super().__init__(model)
         self.probes = probe_table(model.header)
-        self.maps = MapsIndex()
+        self.maps = MapsIndex(model.user)  # mapped files are read as the invoking user (sudo mode)
         self.fn_names: dict[tuple[int, int], str] = {}     # (pid, CUfunction) -> name
         self.fn_cut: set[tuple[int, int]] = set()          # names cut to the record's size in BPF
         self.fn_name_ptr: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, CUfunction) -> (name ptr, ts)
@@ -331,12 +331,32 @@ class CudaConverter(FamilyConverter):
         """kernel (name) and func/function (pointer) of launches."""
         func = launch_func(p, group["args"])
         first, inv = unique_rows(group["tgid"], func)
-        pairs = zip(group["tgid"][first].tolist(), func[first].tolist(), group["ts"][first].tolist())
-        names = [self._kernel_name(pid, f, ts, p.api == RUNTIME) for pid, f, ts in pairs]
-        return [Column("kernel", "str", inv, names), Column("func" if p.api == RUNTIME else "function", "hex", func)]
+        pairs = list(zip(group["tgid"][first].tolist(), func[first].tolist(), group["ts"][first].tolist()))
+        runtime = p.api == RUNTIME
+        # the files these names are read from, opened together (one fork in sudo mode)
+        self.maps.prefetch((pid, addr, t) for pid, f, ts in pairs
+                           for how, addr, t in self._name_steps(pid, f, ts, runtime) if how in ("string", "symbol"))
+        names = [self._kernel_name(pid, f, ts, runtime) for pid, f, ts in pairs]
+        return [Column("kernel", "str", inv, names), Column("func" if runtime else "function", "hex", func)]
 
     def _kernel_name(self, pid: int, f: int, ts: int, runtime: bool) -> str:
-        """Runtime launches pass a host symbol or a cudaKernel_t made from one
+        for how, value, t in self._name_steps(pid, f, ts, runtime):
+            if how == "string":  # a name in a mapped file: taken when readable
+                name = self.maps.cstring(pid, value, t)
+                if name:
+                    return demangle(name)
+            elif how == "name":
+                return demangle(value)
+            elif how == "symbol":
+                return self.maps.symbolize(pid, value, t)
+        return f"{f:#x}"
+
+    def _name_steps(self, pid: int, f: int, ts: int, runtime: bool):
+        """Where the name of a launched function comes from, in order of
+        preference: ("string", pointer, ts) read from a mapped file, ("name",
+        text, ts) known from the log, ("symbol", address, ts) an ELF symbol.
+
+        Runtime launches pass a host symbol or a cudaKernel_t made from one
         (__cudaGetKernel); driver launches a CUfunction named by
         cuModuleGetFunction/cuLibraryGetKernel, or derived from a named handle
         (cuKernelGetFunction) or a host symbol (cudaGetFuncBySymbol).  Follow
@@ -344,21 +364,23 @@ class CudaConverter(FamilyConverter):
         h = f
         for _ in range(4):
             ptr = self.registered.get((pid, h))
-            name = self.maps.cstring(pid, ptr, ts) if ptr else None
-            if name:
-                return demangle(name)
+            if ptr:
+                yield "string", ptr, ts
             name = self.fn_names.get((pid, h))
             if name is not None:
                 if (pid, h) in self.fn_cut:  # cut in BPF: read it whole from the mapped file
                     nptr, t = self.fn_name_ptr.get((pid, h), (0, ts))
-                    name = (self.maps.cstring(pid, nptr, t) if nptr else None) or name
-                return demangle(name)
+                    if nptr:
+                        yield "string", nptr, t
+                yield "name", name, ts
+                return
             nxt = self.handles.get((pid, h))
             if nxt is None:
                 break
             h = nxt
         # a host symbol nobody registered under our eyes: its ELF symbol, if any
-        return self.maps.symbolize(pid, h, ts) if runtime or h != f else f"{f:#x}"
+        if runtime or h != f:
+            yield "symbol", h, ts
 
     def _nccl(self, p, group) -> list[Column]:
         """NCCL: who am I (RANK/WORLD_SIZE, else the communicator's rank and size)."""
@@ -403,3 +425,4 @@ class CudaConverter(FamilyConverter):
                     pts.append(((b + 1) * BIN_NS, 0.0))
             sink.counters(name, np.array([t for t, _ in pts], np.int64), np.array([v for _, v in pts], np.float64),
                           pid=pid)
+        self.maps.close()

@@ -26,7 +26,6 @@ from .probes import DRIVER, NCCL, RUNTIME
 
 SHEBANG_BYTES = 256
 PYVENV_CFG_BYTES = 64 << 10   # a real pyvenv.cfg is a few lines
-ELF_READ_BUDGET = 256 << 20   # headers and symbol tables of one library (libcuda's are a few MiB)
 
 # libcudart.so.12, libcudart-9335f6a2.so.12 (vendored by wheels), libcuda.so.1,
 # libcuda.so.575.57.08, libnccl.so.2, ...  Not libcudadevrt, libcudnn, ...

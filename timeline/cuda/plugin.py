@@ -35,7 +35,7 @@ from . import discovery as dsc
 from . import records as cuda_records
 from .family import CUDA_MODES
 from .probes import APIS, PROBES, Role, probes_for, table_meta
-from ..safe_input import BoundedReader, fd_name
+from ..safe_input import fd_name
 from .symbols import ElfSymbols
 
 STATS = ("nested_dropped", "stash_full", "lost_returns", "no_task_storage")  # cuda.bpf.c STAT_*
@@ -239,8 +239,7 @@ class CudaPlugin(RecorderPlugin):
             if not want:
                 return None
             try:
-                with BoundedReader(fd, dsc.ELF_READ_BUDGET, path, closefd=False) as f:
-                    offsets = ElfSymbols(path, f).exports(p.name for p in want)
+                offsets = ElfSymbols(path, fd).exports(p.name for p in want)  # bounded read through fd
             except Exception as e:
                 self.failed[key] = f"cannot read {path}: {e}"
                 return None

@@ -8,49 +8,83 @@ Demangling is timeline.demangle (libstdc++'s __cxa_demangle over ctypes).
 """
 from __future__ import annotations
 
-import contextlib
-import functools
+import errno
+import os
+import stat
 
 import numpy as np
 from elftools.elf.elffile import ELFFile
 
+from .. import safe_input
 from ..demangle import demangle  # noqa: F401  (re-exported: the converter names kernels with it)
 
 SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                 ("value", "<u8"), ("size", "<u8")])
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 VERSYM_HIDDEN = 0x8000
+# Bytes read from one ELF file at most: headers plus the symbol, string and
+# version tables (92 MiB for torch 2.x libtorch_cpu.so: room for libraries several times larger).
+ELF_READ_BUDGET = 512 << 20
+
+
+def _open_following(path: str) -> int:
+    """safe_input's flags less O_NOFOLLOW, and the same regular-file check."""
+    fd = os.open(path, safe_input.READ_FLAGS & ~os.O_NOFOLLOW)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise safe_input.NotRegularFile(errno.EINVAL, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return fd
 
 
 class ElfSymbols:
-    """Symbols and load segments of one ELF file (64-bit little-endian)."""
+    """Symbols and load segments of one ELF file (64-bit little-endian).
 
-    def __init__(self, path: str, f=None):
-        """f: the open file to parse (a safe_input.BoundedReader); None: open `path`."""
-        self.path = path
-        with (open(path, "rb") if f is None else contextlib.nullcontext(f)) as f:
-            elf = ELFFile(f)
-            if elf.elfclass != 64 or not elf.little_endian:
-                raise ValueError(f"{path}: not a 64-bit little-endian ELF")
-            self.segments = [(s["p_offset"], s["p_vaddr"], s["p_filesz"], s["p_memsz"])
-                             for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-            self.tables = []  # (syms, strtab bytes, versym or None); .dynsym first when present
-            self.has_dynsym = False
-            for sym_sec, has_ver in ((".dynsym", True), (".symtab", False)):
-                sec = elf.get_section_by_name(sym_sec)
-                if sec is None or sec["sh_type"] == "SHT_NOBITS":
-                    continue
-                syms = np.frombuffer(sec.data(), SYM)
-                strtab = elf.get_section(sec["sh_link"]).data()
-                ver = None
-                if has_ver:
-                    vs = elf.get_section_by_name(".gnu.version")
-                    if vs is not None:
-                        ver = np.frombuffer(vs.data(), "<u2")
-                        if ver.size != syms.size:
-                            ver = None
-                self.tables.append((syms, strtab, ver))
-                self.has_dynsym |= has_ver
+    ElfSymbols(path, fd) reads a descriptor opened by the caller and leaves
+    it open (a file a raw log names, opened as the invoking user by
+    safe_input).  ElfSymbols(path) opens `path` itself, following symbolic
+    links as before (the recorder's library scan names libraries by ldconfig
+    and --cuda-lib paths, often links, and by /proc/PID/root paths), but
+    without blocking and regular files only.  Either way at most
+    ELF_READ_BUDGET bytes are read: a crafted file cannot make us read
+    without end."""
+
+    def __init__(self, path: str, fd: int | None = None):
+        self.path = os.fspath(path)
+        own = fd is None
+        if own:
+            fd = _open_following(self.path)
+        try:
+            with safe_input.BoundedReader(fd, ELF_READ_BUDGET, self.path, closefd=False) as f:
+                self._parse(f)
+        finally:
+            if own:
+                os.close(fd)
+
+    def _parse(self, f) -> None:
+        elf = ELFFile(f)
+        if elf.elfclass != 64 or not elf.little_endian:
+            raise ValueError(f"{self.path}: not a 64-bit little-endian ELF")
+        self.segments = [(s["p_offset"], s["p_vaddr"], s["p_filesz"], s["p_memsz"])
+                         for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        self.tables = []  # (syms, strtab bytes, versym or None); .dynsym first when present
+        self.has_dynsym = False
+        for sym_sec, has_ver in ((".dynsym", True), (".symtab", False)):
+            sec = elf.get_section_by_name(sym_sec)
+            if sec is None or sec["sh_type"] == "SHT_NOBITS":
+                continue
+            syms = np.frombuffer(sec.data(), SYM)
+            strtab = elf.get_section(sec["sh_link"]).data()
+            ver = None
+            if has_ver:
+                vs = elf.get_section_by_name(".gnu.version")
+                if vs is not None:
+                    ver = np.frombuffer(vs.data(), "<u2")
+                    if ver.size != syms.size:
+                        ver = None
+            self.tables.append((syms, strtab, ver))
+            self.has_dynsym |= has_ver
         self._funcs = None
 
     @staticmethod
@@ -125,12 +159,4 @@ class ElfSymbols:
             if i == 0 or int(start[i - 1]) != s:
                 break
             i -= 1
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def elf_symbols(path: str) -> ElfSymbols | None:
-    try:
-        return ElfSymbols(path)
-    except Exception:  # missing, unreadable or not ELF: callers fall back to lib+offset
         return None

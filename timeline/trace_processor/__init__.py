@@ -38,8 +38,13 @@ def _download_shell() -> str:
 
 
 def open_trace(path: Union[str, os.PathLike], engine: str = "auto",
-               bin_path: Optional[str] = None, offline: bool = True) -> TraceProcessor:
+               bin_path: Optional[str] = None, offline: bool = True, fd: Optional[int] = None) -> TraceProcessor:
     """Loads the trace at `path` and returns a trace processor to query it.
+
+    fd: a descriptor on the trace, read instead of opening `path` (the caller
+    keeps it; `path` then only names the trace in messages).  Without it
+    `path` is opened as the invoking user in sudo mode, not through a
+    symbolic link, regular files only.
 
     engine: "auto" | "wasm" | "native". bin_path: trace_processor_shell to use
     (else $TIMELINE_TP_BIN, perfetto's download cache, PATH). offline=True
@@ -64,7 +69,7 @@ def open_trace(path: Union[str, os.PathLike], engine: str = "auto",
     if shell is not None:
         from .native_engine import open_native
 
-        return open_native(path, shell)
+        return open_native(path, shell, fd=fd)
     from .wasm_engine import open_wasm
 
-    return open_wasm(path)
+    return open_wasm(path, fd=fd)

@@ -113,34 +113,49 @@ class BaseTraceProcessor:
         self.trace_path: Optional[str] = None
 
     # -- public API --------------------------------------------------------
-    def load(self, path: str | os.PathLike) -> None:
+    def load(self, path: str | os.PathLike, fd: Optional[int] = None) -> None:
+        """Reads the trace into the engine.  fd: a descriptor on it (not
+        closed here; `path` then only names it in messages), else `path` is
+        opened as the invoking user in sudo mode, never through a symlink,
+        regular files only (safe_input.open_input)."""
+        from .. import safe_input, trace_file
+
         path = os.fspath(path)
+        own = fd is None
+        if own:
+            try:
+                fd = safe_input.open_input(path, trace_file.invoking_user())
+            except OSError as e:
+                raise TraceLoadError(f"cannot open trace {path!r}: {e.strerror or e}") from None
         try:
-            f = open(path, "rb")
-        except OSError as e:
-            raise TraceLoadError(f"cannot open trace {path!r}: {e.strerror or e}") from None
-        with f, self._lock:
-            total = 0
-            while True:
-                try:
-                    chunk = f.read(APPEND_CHUNK)
-                except OSError as e:
-                    raise TraceLoadError(f"cannot read trace {path!r}: {e.strerror or e}") from None
-                if not chunk:
-                    break
-                total += len(chunk)
-                err = self._append(chunk)
-                if err:
-                    raise TraceLoadError(f"trace_processor cannot parse {path!r}: {err.strip()}")
-            if total == 0:
-                raise TraceLoadError(f"trace {path!r} is empty")
-            self._finalize()
+            with self._lock:
+                self._load_fd(fd, path)
+        finally:
+            if own:
+                os.close(fd)
         self.trace_path = path
 
-    def loaded(self, path: str | os.PathLike) -> "BaseTraceProcessor":
-        """load(path) and return self; on failure close the engine first."""
+    def _load_fd(self, fd: int, path: str) -> None:
+        total = 0
+        while True:
+            try:  # pread: the descriptor may be shared with the caller
+                chunk = os.pread(fd, APPEND_CHUNK, total)
+            except OSError as e:
+                raise TraceLoadError(f"cannot read trace {path!r}: {e.strerror or e}") from None
+            if not chunk:
+                break
+            total += len(chunk)
+            err = self._append(chunk)
+            if err:
+                raise TraceLoadError(f"trace_processor cannot parse {path!r}: {err.strip()}")
+        if total == 0:
+            raise TraceLoadError(f"trace {path!r} is empty")
+        self._finalize()
+
+    def loaded(self, path: str | os.PathLike, fd: Optional[int] = None) -> "BaseTraceProcessor":
+        """load(path, fd) and return self; on failure close the engine first."""
         try:
-            self.load(path)
+            self.load(path, fd)
         except BaseException:
             self.close()
             raise

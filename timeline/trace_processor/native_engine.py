@@ -197,6 +197,6 @@ class NativeTraceProcessor(BaseTraceProcessor):
             self._log.close()
 
 
-def open_native(path, bin_path: str) -> NativeTraceProcessor:
-    """Loads `path` into a new trace_processor_shell subprocess."""
-    return NativeTraceProcessor(bin_path).loaded(path)
+def open_native(path, bin_path: str, fd: Optional[int] = None) -> NativeTraceProcessor:
+    """Loads `path` (or the descriptor `fd` on it) into a new trace_processor_shell subprocess."""
+    return NativeTraceProcessor(bin_path).loaded(path, fd)

@@ -506,8 +506,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
         return v - (1 << 32) if not self._mem64 and v >= 1 << 31 else v
 
 
-def open_wasm(path, memory64: Optional[bool] = None) -> WasmTraceProcessor:
-    """Loads `path` into a fresh wasm trace_processor.
+def open_wasm(path, memory64: Optional[bool] = None, fd: Optional[int] = None) -> WasmTraceProcessor:
+    """Loads `path` (or the descriptor `fd` on it) into a fresh wasm trace_processor.
 
     memory64=None picks the memory64 build only for traces >= 1 GiB: wasm32
     caps the whole engine (trace + tables) at 4 GiB, memory64 does not but is
@@ -515,7 +515,7 @@ def open_wasm(path, memory64: Optional[bool] = None) -> WasmTraceProcessor:
     """
     if memory64 is None:
         try:
-            memory64 = os.path.getsize(path) >= MEMORY64_MIN_TRACE
+            memory64 = (os.fstat(fd) if fd is not None else os.stat(path)).st_size >= MEMORY64_MIN_TRACE
         except OSError:
             memory64 = False  # load() reports the missing file
-    return WasmTraceProcessor(memory64=memory64).loaded(path)
+    return WasmTraceProcessor(memory64=memory64).loaded(path, fd)
