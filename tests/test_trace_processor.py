@@ -453,3 +453,34 @@ def _real_shell():
 @pytest.mark.skipif(_real_shell() is None, reason="no trace_processor_shell (set TIMELINE_TP_BIN)")
 def test_native_parity_with_real_binary(traces):
     _check_native(traces, _real_shell())
+
+
+def test_compiled_module_cache_is_trusted_only_when_ours(tmp_path):
+    """Under `sudo -E` the cache location is the user's choice: root must never
+    load native code from a file or directory someone else could have written."""
+    import os
+
+    from timeline.trace_processor import wasm_engine as we
+
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    good = mine / "m.cwasm"
+    good.write_bytes(b"compiled")
+    os.chmod(good, 0o600)
+    assert we._read_cache(str(good)) == b"compiled"
+    os.chmod(good, 0o666)
+    assert we._read_cache(str(good)) is None          # others could have written it
+    os.chmod(good, 0o600)
+    os.chmod(mine, 0o777)
+    assert we._read_cache(str(good)) is None          # others could have replaced it
+    os.chmod(mine, 0o700)
+    (mine / "link.cwasm").symlink_to(good)
+    assert we._read_cache(str(mine / "link.cwasm")) is None
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        (theirs / "m.cwasm").write_bytes(b"planted")
+        os.chown(theirs, 65534, 65534)
+        assert we._read_cache(str(theirs / "m.cwasm")) is None
+        we._write_cache(str(theirs / "new.cwasm"), type("M", (), {"serialize": lambda self: b"x"})())
+        assert not (theirs / "new.cwasm").exists()     # nor writes into someone else's directory

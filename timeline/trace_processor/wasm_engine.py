@@ -28,6 +28,8 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+import secrets
+import stat
 import struct
 import sys
 import threading
@@ -79,6 +81,51 @@ def _cache_dir() -> str:
     return os.path.join(base, "wasm")
 
 
+def _trusted_dir(d: str) -> bool:
+    """A cache directory whose files only we could have written: ours, not a
+    link, writable by nobody else.  (Under `sudo -E` the cache location is the
+    invoking user's choice; root must never run native code that user wrote.)"""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _read_cache(cached: str) -> bytes | None:
+    """The compiled module's bytes if `cached` is a regular file of ours in a trusted directory."""
+    if not _trusted_dir(os.path.dirname(cached)):
+        return None
+    try:
+        fd = os.open(cached, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(st.st_size)
+    finally:
+        os.close(fd)
+
+
+def _write_cache(cached: str, mod) -> None:
+    """Best effort: a fresh 0600 file (O_EXCL, no link followed) renamed into a trusted directory."""
+    d = os.path.dirname(cached)
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        if not _trusted_dir(d):
+            return
+        tmp = f"{cached}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(mod.serialize())
+        os.replace(tmp, cached)  # atomic: concurrent writers can't tear it
+    except OSError:
+        pass
+
+
 def _load_module(path: str) -> wasmtime.Module:
     """Compiled module for `path`; compiling takes seconds, so cache it.
 
@@ -107,21 +154,15 @@ def _load_module(path: str) -> wasmtime.Module:
         key = hashlib.sha256(wasm).hexdigest()[:20]
         cached = os.path.join(_cache_dir(), f"{os.path.basename(path)[:-5]}-{key}-wasmtime{wt_ver}-{platform.machine()}-epoch.cwasm")
         mod = None
-        if os.path.isfile(cached):
+        data = _read_cache(cached)
+        if data is not None:
             try:
-                mod = wasmtime.Module.deserialize_file(_ENGINE, cached)
+                mod = wasmtime.Module.deserialize(_ENGINE, data)
             except Exception:
                 mod = None  # stale/corrupt: recompile and overwrite below
         if mod is None:
             mod = wasmtime.Module(_ENGINE, wasm)
-            try:
-                os.makedirs(os.path.dirname(cached), exist_ok=True)
-                tmp = f"{cached}.{os.getpid()}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(mod.serialize())
-                os.replace(tmp, cached)  # atomic: concurrent writers can't tear it
-            except OSError:
-                pass
+            _write_cache(cached, mod)
         _MODULES[path] = mod
         module_load_seconds[path] = time.perf_counter() - t0
         return mod
