@@ -164,3 +164,19 @@ def test_usage_errors_are_one_line(args):
     assert cp.returncode == 2
     lines = [ln for ln in cp.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("timeline: error: ") and "--help" in lines[0], cp.stderr
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
+def test_ctrl_c_while_starting_is_one_line(delay):
+    """Ctrl-C while the commands are still being imported: one line, no traceback."""
+    import signal as sig
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "timeline.cli", "query", "/nonexistent", "select 1"],
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: sig.signal(sig.SIGINT, sig.SIG_DFL))
+    time.sleep(delay)
+    p.send_signal(sig.SIGINT)
+    err = p.communicate(timeout=30)[1]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert p.returncode in (130, 2), err  # interrupted, or it had already answered

@@ -1,13 +1,26 @@
 """Command-line entry point: `timeline <command>`."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
-import click
 
-from . import __version__
-from .errors import UserError
-from .terminal import printable
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C while the commands are imported (a few hundred ms): nothing has
+    been created yet, so leave at once, quietly, like an interrupted command."""
+    os.write(2, b"timeline: interrupted\n")
+    os._exit(130)
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import click  # noqa: E402
+
+from . import __version__  # noqa: E402
+from .errors import UserError  # noqa: E402
+from .terminal import printable  # noqa: E402
 
 
 def _version() -> str:
@@ -58,6 +71,8 @@ def _register():
 
 
 _register()
+if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # commands get Python's usual Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if __name__ == "__main__":
     main()
