@@ -7,10 +7,14 @@ cuda/records.h + cuda/records.py); the list of them is timeline/registry.py,
 and every table the recorder, the CLI and the converters use is derived from
 that list.  This module knows no family.
 
-A descriptor names its plugin and converters as "module:Class" strings,
-imported only when a recording or a conversion needs them: importing the
-registry loads the descriptors and their dtype modules, no other family code,
-and core modules never import family modules.
+A descriptor names its plugin, converters and hooks as "module:Name" strings,
+imported only when a recording, a conversion or doctor needs them: importing
+the registry loads the descriptors and their dtype modules, no other family
+code, and core modules never import family modules.  What the core needs to
+know of a family (its timestamp field, capture ranges, rows kept outside a
+window, check data, per-rank counts, header fields, doctor rows) is a field
+here, so that only the registry and the families' packages name a family
+(docs/architecture.md, "Adding a family").
 """
 from __future__ import annotations
 
