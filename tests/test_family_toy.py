@@ -208,6 +208,9 @@ def test_its_capture_range_is_cut_at_conversion(toy_env, tmp_path):
 def test_record_knows_its_name_options_and_capture_range(toy_env, tmp_path):
     cp = timeline_cmd("record", "--help", env=toy_env)
     assert "toy: toy ticks (a test family)" in " ".join(cp.stdout.split()), cp.stdout
+    # under sudo the variable is ignored: root does not import what the user names
+    cp = timeline_cmd("record", "--help", env=dict(toy_env, SUDO_UID="65534", SUDO_GID="65534"))
+    assert cp.returncode == 0 and "cuda:" in cp.stdout and "toy:" not in cp.stdout, cp.stdout
     cp = timeline_cmd("record", "--capture-range", "bogus", "--", "true", env=toy_env)
     assert cp.returncode == 2 and "expected none, cudaProfilerApi, nvtx:NAME or toy:NAME" in cp.stderr, cp.stderr
     # the option is the cuda family's; its kinds are any family's

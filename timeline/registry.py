@@ -22,8 +22,9 @@ EXTRA_FAMILIES_VAR = "TIMELINE_EXTRA_FAMILIES"
 
 def _extra_families() -> tuple[Family, ...]:
     """Descriptors of families outside this tree, for tests of a family package
-    (tests/test_family_registry.py): TIMELINE_EXTRA_FAMILIES="module:NAME,...".
-    Not under sudo: root would import the invoking user's code."""
+    (tests/test_family_toy.py): TIMELINE_EXTRA_FAMILIES="module:NAME,...".
+    Ignored under sudo (SUDO_UID set): root would import code the invoking
+    user names."""
     specs = os.environ.get(EXTRA_FAMILIES_VAR, "")
     if not specs or "SUDO_UID" in os.environ:
         return ()
