@@ -169,3 +169,107 @@ def test_core_imports_no_family_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     dtype_modules = {"timeline." + r.header[:-2].replace("/", ".") for r in registry.RINGS.values()}
     assert set(out.split()) <= {"timeline.cuda.family", "timeline.kctx.family"} | dtype_modules, out
+
+
+# -- only the registry and the family packages name a family -----------------
+# Words that name a family or what only one family records (the cuda and gpu
+# families' libraries and APIs), besides the families' own names.
+FAMILY_WORDS = ("cuda", "gpu", "nccl", "nvtx", "cupti")
+# Where a family may be named outside its package, and why.  Each entry: (file,
+# top-level name whose value is exempt, or "" for the whole file).
+ALLOWED = {
+    # the catalog's checks name the check data they need, and their ids: data
+    # the families provide (Family.check_data; test_hook_names_are_claimed_once)
+    ("timeline/checks/catalog.py", "CATALOG"),
+    # build tooling: compiles the gpu family's injection library (python -m timeline.bpf.build)
+    ("timeline/bpf/build_inject.py", ""),
+}
+
+
+def _core_family_names() -> set[str]:
+    from timeline import core_families
+    return {v.name for v in vars(core_families).values() if isinstance(v, Family)}
+
+
+def _family_packages() -> set[str]:
+    """Packages of the families not built into the core (timeline.cuda...), from
+    their descriptors' plugins, converters, hooks and headers."""
+    out = set()
+    for fam in registry.FAMILY_LIST:
+        if fam.name in _core_family_names():
+            continue
+        specs = [fam.plugin, fam.prepare, *fam.converters, fam.always_keep, fam.doctor,
+                 *(c.window for c in fam.capture_ranges)]
+        mods = [s.split(":")[0] for s in specs if s] + ["timeline." + r.header.rsplit("/", 1)[0]
+                                                        for r in fam.rings if "/" in r.header]
+        out |= {".".join(m.split(".")[:2]) for m in mods}
+    return out
+
+
+def _named_families(path: str, rel: str, names: set[str], packages: set[str]) -> list[str]:
+    """What in a module's code (not its docstrings or comments) names a family:
+    an import of a family package, an identifier with a family word or a ring
+    constant of a family (RING_BLOCK), a string that is a name (no spaces) with
+    a family word or equal to a family's name.  Prose may mention one."""
+    tree = ast.parse(open(path).read())
+    doc = {id(n.body[0].value) for n in ast.walk(tree)
+           if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+           and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    exempt = set()
+    for top in tree.body:
+        targets = top.targets if isinstance(top, ast.Assign) else [top.target] if isinstance(top, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and (rel, t.id) in ALLOWED for t in targets):
+            exempt |= {id(n) for n in ast.walk(top) if isinstance(n, ast.Constant)}
+    words = FAMILY_WORDS + tuple(f"ring_{n}" for n in names)
+    out = [f"{rel}: imports {m}" for m in _imports(path)
+           if m in packages or m.startswith(tuple(p + "." for p in packages))]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if id(node) in doc or id(node) in exempt or any(c.isspace() for c in text):
+                continue
+            if text in names or any(w in text.lower() for w in FAMILY_WORDS):
+                out.append(f"{rel}:{node.lineno}: {text!r}")
+            continue
+        ident = (getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "arg", None)
+                 or (node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None))
+        if isinstance(ident, str) and any(w in ident.lower() for w in words):
+            out.append(f"{rel}:{node.lineno}: {ident}")
+    return out
+
+
+def test_core_commands_and_checks_name_no_family():
+    """A new family is its package and a registry line: no other module knows
+    a family by name (docs/architecture.md, "Adding a family")."""
+    packages = _family_packages()
+    assert packages >= {"timeline.cuda", "timeline.gpu", "timeline.kctx"}, packages
+    names = {f.name for f in registry.FAMILY_LIST} - _core_family_names()
+    offenders, seen = [], 0
+    for root, dirs, files in os.walk(os.path.join(REPO, "timeline")):
+        rel_root = os.path.relpath(root, REPO)
+        if rel_root.replace(os.sep, ".") in packages:
+            dirs.clear()  # a family's own package
+            continue
+        for name in files:
+            rel = os.path.join(rel_root, name)
+            if not name.endswith(".py") or rel == os.path.join("timeline", "registry.py") or (rel, "") in ALLOWED:
+                continue
+            seen += 1
+            offenders += _named_families(os.path.join(root, name), rel, names, packages)
+    assert seen > 40 and not offenders, "\n".join(offenders)
+
+
+def test_the_family_name_check_can_fail(tmp_path):
+    """What the old code did is caught: a family's options by name, its ring
+    constant, an import of its package, a string naming its kind; prose is not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from timeline.kctx import block_records\n"
+                   "def preflight(cfg):\n"
+                   "    'cuda in a docstring is prose'\n"
+                   "    cuda_opts = cfg.options.get('counters')\n"
+                   "    x = block_records.RING_BLOCK\n"
+                   "    return 'nvtx:' if x else 'a sentence about CUDA is prose'\n")
+    found = _named_families(str(bad), "bad.py", {"counters", "block", "cuda"}, {"timeline.kctx"})
+    text = "\n".join(found)
+    assert "imports timeline.kctx" in text and "cuda_opts" in text and "'counters'" in text, text
+    assert "RING_BLOCK" in text and "'nvtx:'" in text and "prose" not in text, text

@@ -42,8 +42,9 @@ KNOWN_KINDS = (KIND_META, KIND_RING, KIND_END)
 MAX_BLOCK = 1 << 31
 
 
-# header fields the converters read, and the JSON types they must have
-_HEADER_TYPES = {"clock": dict, "uname": dict, "ncpu": int, "rings": dict, "cuda": dict, "events": list,
+# header fields the converters read, and the JSON types they must have (with
+# those the families' plugins write: registry.HEADER_TYPES)
+_HEADER_TYPES = {"clock": dict, "uname": dict, "ncpu": int, "rings": dict, "events": list,
                  "command": list, "mode": str, "target_pid": int, "recorder_pid": int}
 
 
@@ -344,7 +345,9 @@ class RawLogReader:
             hdr = None
         if not isinstance(hdr, dict) or hdr.get("type") != "header":
             raise RawLogError(f"{self.path}: first block is not a header")
-        for key, types in _HEADER_TYPES.items():  # a valid checksum does not make a sane header
+        from .registry import HEADER_TYPES  # not at import: the registry loads every descriptor
+
+        for key, types in {**_HEADER_TYPES, **HEADER_TYPES}.items():  # a valid checksum does not make a sane header
             if hdr.get(key) is not None and not isinstance(hdr[key], types):
                 raise RawLogError(f"{self.path}: header field {key!r} is malformed")
         if not all(isinstance(v, int) for v in (hdr.get("clock") or {}).values()):

@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from . import __version__, events, libbpf, proc_records
+from . import __version__, events, libbpf
 from .bpf_session import BpfSession
 from .errors import MachineError, UserError
 from . import capture
-from .capture import CaptureWindow, toggle_recording
+from .capture import CaptureWindow, check_capture_range, toggle_recording
 from .rawlog import RawLogFull, RawLogWriter
 from .ringlog import SegmentedLog
 from .hang import HangWatch
+from .privileges import can_load_bpf
 from .safe_output import remove
 from .ranks import RankWatcher
 from .recorder_plugins import RecorderContext
@@ -34,7 +35,6 @@ from .recorder_plugins import load as load_plugins
 from .registry import DEFAULT_EVENTS, FAMILIES, KIND_NAMES
 from .target import exit_status, invoking_user, launch, resolve_command, snapshot_tree
 
-CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 MAX_RING_MIB = 2048  # a ring's size is a u32 number of bytes (max_entries)
 
 
@@ -81,24 +81,10 @@ class RecordResult:
     kept_segments: list[str] = field(default_factory=list)  # --ring: ... so these hold the recording
 
 
-def _effective_caps() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
-
-
 def preflight(cfg: RecordConfig) -> None:
     """Every check that can fail before anything is loaded or launched."""
-    cuda_opts = cfg.options.get("cuda")
-    rng = getattr(cuda_opts, "capture_range", "none") if cuda_opts is not None else "none"
-    if rng != "none" and "cuda" not in cfg.events:
-        raise UserError(f"--capture-range {rng} needs the cuda family (-e ...,cuda)")
-    if rng.startswith("nvtx:") and ("gpu" not in cfg.events or cfg.pid):
-        raise UserError(f"--capture-range {rng} needs the gpu family (-e ...,gpu), which only a launched command has")
-    caps = _effective_caps()
-    if not (caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)):
+    check_capture_range(cfg)
+    if not can_load_bpf():
         raise MachineError("timeline record needs root (CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         raise MachineError("this kernel exposes no BTF (/sys/kernel/btf/vmlinux): timeline needs CONFIG_DEBUG_INFO_BTF=y")
@@ -179,8 +165,8 @@ class _Consumer(threading.Thread):
                     continue
                 self.writer.write_ring(rid, data)
                 total += len(data)
-                if rid == proc_records.RING_PROC and self.ctx is not None:
-                    self.ctx.note_proc_records(data, stride)
+                if self.ctx is not None:
+                    self.ctx.note_drained(rid, data, stride)
         return total
 
     def _always_keep(self, ring, rows):

@@ -89,6 +89,11 @@ class RecorderContext:
                     procs[p] = self._gen
                 self.processes = procs
 
+    def note_drained(self, ring: int, data: bytes, stride: int) -> None:
+        """Consumer thread: records just drained from a ring (headers included)."""
+        if ring == proc_records.RING_PROC:
+            self.note_proc_records(data, stride)
+
     def note_proc_records(self, data: bytes, stride: int) -> None:
         """Consumer thread: proc ring records just drained (headers included)."""
         n = len(data) // stride
@@ -183,8 +188,10 @@ class RecorderPlugin:
         return []
 
     def always_keep(self, ring: int, rows):
-        """Rows of this family's rings kept outside the capture window (None: none)."""
-        return None
+        """Rows of this family's rings kept outside the capture window (None:
+        none): the descriptor's always_keep, which a conversion's cut uses too."""
+        keep = always_keep_of(FAMILIES[self.family]) if self.family else None
+        return keep(ring, rows) if keep is not None else None
 
     def progress(self, ctx: RecorderContext) -> int:
         """--hang-timeout (timeline.hang): a count that grows while the job makes
@@ -200,6 +207,11 @@ class RecorderPlugin:
         """After stop: records this plugin knows were lost, by family (for
         families whose records do not come through a BPF ring)."""
         return {}
+
+
+def always_keep_of(fam):
+    """A family's always_keep function (Family.always_keep), None without one."""
+    return load_spec(fam.always_keep) if fam.always_keep else None
 
 
 def load(families, cfg) -> list[RecorderPlugin]:

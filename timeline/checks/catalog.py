@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..family import CheckData
+from ..registry import CHECK_DATA
+
 SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 
 # Most windows one windowed check cuts a time span into (${window_cap} in
@@ -22,17 +25,16 @@ SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 # decades).
 WINDOW_CAP = 100_000
 
-# Data families: how each is detected is in runner.FAMILY_SQL.
-FAMILY_HELP = {
-    "drops": "drop counters (ftrace_cpu_* stats, 'timeline: * records dropped' counters; a Chrome JSON "
-             "trace keeps its drops in metadata.timeline, which trace_processor does not load)",
-    "sched": "scheduling data (sched_switch / sched_waking)",
-    "cuda": "CUDA runtime/driver/NCCL call slices",
-    "gpu_counters": "GPU counters (gpu<N>.utilization_pct, ...)",
-    "block_io": "block I/O request slices",
-    "ioctl": "GPU-driver ioctl slices",
-    "gpu": "GPU activity (kernel/copy/memset slices of the gpu family)",
-}
+# The data a check may need (Check.families names it): what every recording
+# has, then what the families' converters provide (Family.check_data).
+CORE_DATA: tuple[CheckData, ...] = (
+    CheckData("sched", "exists(select 1 from sched)", "scheduling data (sched_switch / sched_waking)"),
+    CheckData("drops", "exists(select 1 from stats where name in ('ftrace_cpu_overrun_end', "
+                       "'ftrace_cpu_dropped_events_delta') and idx is not null) "
+                       "or exists(select 1 from counter_track where name glob 'timeline: * records dropped')",
+              "drop counters (ftrace_cpu_* stats, 'timeline: * records dropped' counters; a Chrome JSON "
+              "trace keeps its drops in metadata.timeline, which trace_processor does not load)"),
+)
 
 
 @dataclass(frozen=True)
@@ -243,3 +245,15 @@ CATALOG: tuple[Check, ...] = (
 )
 
 BY_ID = {c.id: c for c in CATALOG}
+
+
+def _data_in_catalog_order() -> tuple[CheckData, ...]:
+    """Core data first, then the families' in the order the catalog first needs
+    them (how reports list what a trace holds), then any no check needs yet."""
+    first_use = list(dict.fromkeys(name for c in CATALOG for name in c.families))
+    rank = {name: i for i, name in enumerate(first_use)}
+    return CORE_DATA + tuple(sorted(CHECK_DATA, key=lambda d: rank.get(d.name, len(rank))))
+
+
+DATA: tuple[CheckData, ...] = _data_in_catalog_order()
+FAMILY_HELP = {d.name: d.help for d in DATA}  # data name -> what it is

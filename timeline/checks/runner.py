@@ -8,25 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..trace_processor import TraceProcessorError
-from .catalog import BY_ID, CATALOG, FAMILY_HELP, SQL_DIR, WINDOW_CAP, Check
+from .catalog import BY_ID, CATALOG, DATA, FAMILY_HELP, SQL_DIR, WINDOW_CAP, Check
 from .completeness import completeness_problem
 
 # Worst first; 'ok', 'n/a' and 'not recorded' are statuses, not findings.
 SEVERITIES = ("error", "warning", "info")
 STATUS_ORDER = ("failed", "error", "warning", "info", "ok", "n/a", "not recorded")
 
-FAMILY_SQL = """
-select
-  exists(select 1 from sched) as sched,
-  exists(select 1 from stats where name in ('ftrace_cpu_overrun_end', 'ftrace_cpu_dropped_events_delta')
-         and idx is not null)
-    or exists(select 1 from counter_track where name glob 'timeline: * records dropped') as drops,
-  exists(select 1 from slice where category in ('cuda', 'cuda_driver', 'nccl')) as cuda,
-  exists(select 1 from counter_track where name glob 'gpu[0-9]*.*') as gpu_counters,
-  exists(select 1 from slice where category = 'block_io') as block_io,
-  exists(select 1 from slice where category = 'ioctl') as ioctl,
-  exists(select 1 from slice where category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset')) as gpu
-"""
+# one row, a column per kind of data: is it in the trace?
+FAMILY_SQL = "select\n" + ",\n".join(f"  {d.sql} as {d.name}" for d in DATA)
 
 _PARAM_RE = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
 _CORE_COLUMNS = ("severity", "finding", "ts", "dur", "hint")

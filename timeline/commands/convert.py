@@ -51,7 +51,7 @@ def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False,
             task = bar.add_task("convert", total=os.fstat(raw_fd).st_size)
             bar.start()
             progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
-        from .nvtx_capture import prepare
+        from ..capture_cut import prepare
 
         cut, note = prepare(raw_fd, raw, os.path.dirname(os.path.abspath(raw)), user)
         if note and not quiet:

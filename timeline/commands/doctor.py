@@ -8,55 +8,27 @@ looked for where `record` looks.  Exit 0 when recording can work.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import click
 import orjson
 
+from ..doctor_checks import Check, FamilyDoctor
+from ..privileges import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, can_load_bpf, effective_caps
 from ..terminal import printable
 
 MIN_KERNEL = (5, 8)  # BPF ring buffer
 BPF_MAP_TYPE_RINGBUF = 27
 REQUIRED_FAMILIES = ("proc", "sched")  # without them there is no timeline
 NEEDS_ROOT = "not checked: needs root"
-CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    required: bool = False  # recording cannot work without it
-
-    @property
-    def status(self) -> str:
-        if self.ok:
-            return "OK"
-        return "MISSING" if self.required else "missing"
 
 
 def _release() -> tuple[int, int]:
     m = re.match(r"(\d+)\.(\d+)", os.uname().release)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-def _effective_caps() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
-
-
-def _privileged() -> bool:
-    caps = _effective_caps()
-    return bool(caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1))
 
 
 # -- the kernel and eBPF ------------------------------------------------------
@@ -69,11 +41,11 @@ def check_kernel() -> list[Check]:
     out.append(Check("BTF", os.path.exists(btf), btf if os.path.exists(btf) else f"no {btf}",
                      "a kernel built with CONFIG_DEBUG_INFO_BTF=y (stock Debian >= 11, Ubuntu >= 20.10 kernels are)",
                      required=True))
-    caps = _effective_caps()
+    caps = effective_caps()
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     have = [n for n, bit in (("CAP_SYS_ADMIN", CAP_SYS_ADMIN), ("CAP_BPF", CAP_BPF), ("CAP_PERFMON", CAP_PERFMON))
             if caps >> bit & 1]
-    out.append(Check("privileges", _privileged(), f"{who}, {', '.join(have) or 'no BPF capabilities'}",
+    out.append(Check("privileges", can_load_bpf(caps), f"{who}, {', '.join(have) or 'no BPF capabilities'}",
                      "run timeline with sudo (loading eBPF needs CAP_BPF and CAP_PERFMON)", required=True))
     return out
 
@@ -125,48 +97,28 @@ def check_tp_btf(families: list[Check]) -> Check:
                  required=True)
 
 
-UPROBE_MULTI_FALLBACK = "the cuda family uses one uprobe per function (slower to detach)"
+def _doctor(fam) -> FamilyDoctor:
+    """The family's doctor hooks (Family.doctor), the defaults without its own."""
+    from ..family import load_spec
 
-
-def check_uprobe_multi(session) -> Check:
-    """uprobe_multi links (Linux >= 6.6) make CUDA probes quick to attach and
-    detach.  `session` has the cuda family loaded (its programs prepared as
-    uprobe_multi programs where the kernel version says they exist)."""
-    from .. import libbpf
-    from ..cuda import attach
-
-    obj = session.objects["cuda"]
-    if not getattr(obj, "uprobe_multi", False):
-        return Check("uprobe_multi", False, f"not used on Linux {os.uname().release}: {UPROBE_MULTI_FALLBACK}",
-                     "Linux >= 6.6")
-    # A link on a directory: a kernel that knows uprobe_multi refuses the path
-    # (EBADF); one that does not refuses the attach type (EINVAL).
-    try:
-        link = attach._multi_link(obj, "tl_cuda_entry", "/", [0], [0], False)
-    except libbpf.BPFError as e:
-        msg = str(e).splitlines()[0]
-        if "Bad file descriptor" in msg:
-            return Check("uprobe_multi", True, "supported")
-        return Check("uprobe_multi", False, f"{msg}: {UPROBE_MULTI_FALLBACK}", "Linux >= 6.6")
-    link.destroy()
-    return Check("uprobe_multi", True, "supported")
+    return (load_spec(fam.doctor) if fam.doctor else FamilyDoctor)(fam)
 
 
 def check_families(privileged: bool) -> list[Check]:
-    """Each family loaded and attached as `record` would, then dropped (and
-    uprobe_multi tried while the cuda family is loaded)."""
+    """Each family loaded and attached as `record` would, then dropped (and its
+    own rows checked while it is loaded)."""
     from .. import libbpf
     from ..bpf_session import FAMILIES, BpfSession
-    from ..cuda import kernel_supported
 
     out = []
     for fam in FAMILIES:
         name, required = f"family {fam}", fam in REQUIRED_FAMILIES
-        if not FAMILIES[fam].bpf_object:  # records from elsewhere: gpu's injection library
-            out.append(check_injection_library())
+        doctor = _doctor(FAMILIES[fam])
+        if not FAMILIES[fam].bpf_object:  # records from elsewhere (an injection library, a sampler)
+            out += doctor.without_bpf()
             continue
-        if fam == "cuda" and not kernel_supported():
-            out.append(Check(name, False, "needs uprobe attach cookies", "Linux >= 5.15"))
+        if not FAMILIES[fam].supported():
+            out.append(doctor.unsupported())
             continue
         if not privileged:
             out.append(Check(name, False, NEEDS_ROOT, "run timeline doctor with sudo", required=required))
@@ -179,8 +131,7 @@ def check_families(privileged: bool) -> list[Check]:
         try:
             session.attach()  # plugin programs (uprobes) are attached per library while recording
             out.append(Check(name, True, "loads and attaches", required=required))
-            if fam == "cuda":
-                out.append(check_uprobe_multi(session))
+            out += doctor.loaded(session)
         except libbpf.BPFError as e:
             out.append(Check(name, False, f"attach: {str(e).splitlines()[0]}", _bpf_fix(str(e)), required=required))
         finally:
@@ -188,13 +139,11 @@ def check_families(privileged: bool) -> list[Check]:
     return out
 
 
-def check_injection_library() -> Check:
-    from ..gpu.plugin import LIBRARY
+def check_environment(python: str) -> list[Check]:
+    """The libraries and devices the families need (their doctor's environment rows)."""
+    from ..registry import FAMILY_LIST
 
-    if os.path.isfile(LIBRARY):
-        return Check("family gpu", True, f"injection library: {LIBRARY} (GPU activity of launched commands)")
-    return Check("family gpu", False, f"injection library not built ({LIBRARY})",
-                 "python -m timeline.bpf.build (needs pip install nvidia-cuda-cupti-cu12 for the headers)")
+    return [c for fam in FAMILY_LIST for c in _doctor(fam).environment(python)]
 
 
 def _bpf_fix(msg: str) -> str:
@@ -203,90 +152,6 @@ def _bpf_fix(msg: str) -> str:
     if "tracefs" in msg:
         return "mount -t tracefs nodev /sys/kernel/tracing"
     return "the kernel refused it: see its message (libbpf's log: timeline record prints it)"
-
-
-# -- CUDA, GPUs ----------------------------------------------------------------
-
-_CUPTI_RE = re.compile(r"^libcupti(-[0-9a-f]{8})?\.so(\.\d+)*$")
-
-
-def _cuda_libs(python: str) -> dict[str, tuple[list[str], list[str]]]:
-    """api -> (copies in the interpreter's environment, copies in ldconfig's cache)."""
-    from ..cuda import discovery
-    from ..cuda.probes import DRIVER, NCCL, RUNTIME
-
-    sites = discovery.site_dirs(python)
-    env = [p for s in sites for p in discovery.candidates_in(s)]
-    system = discovery.ldconfig_libs()
-    out = {}
-    for api in (RUNTIME, DRIVER, NCCL):
-        out[api] = (sorted({p for p in env if discovery.lib_api(p) == api}),
-                    sorted({p for p in system if discovery.lib_api(p) == api}))
-    pats = ["nvidia/*/lib/libcupti*.so*", "nvidia/*/lib64/libcupti*.so*", "nvidia/*/*/lib/libcupti*.so*"]
-    cupti_env = {p for s in sites for pat in pats for p in glob.glob(os.path.join(s, pat))
-                 if _CUPTI_RE.match(os.path.basename(p))}
-    out["CUPTI"] = (sorted(cupti_env), sorted(set(_ldconfig_matching(_CUPTI_RE))))
-    return out
-
-
-def _ldconfig_matching(rx: re.Pattern) -> list[str]:
-    import shutil
-    import subprocess
-
-    exe = shutil.which("ldconfig") or "/sbin/ldconfig"
-    try:
-        text = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    out = []
-    for line in text.splitlines():
-        name, _, path = line.strip().partition(" => ")
-        if path and "x86-64" in name and rx.match(os.path.basename(path.strip())):
-            out.append(path.strip())
-    return out
-
-
-def _short(paths: list[str]) -> str:
-    return paths[0] + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else "")
-
-
-def check_cuda(python: str) -> list[Check]:
-    from ..cuda.probes import DRIVER, NCCL, RUNTIME
-
-    fixes = {
-        RUNTIME: "a CUDA build of PyTorch (or pip install nvidia-cuda-runtime-cu12) in that environment",
-        DRIVER: "the NVIDIA driver (libcuda.so.1); without it there is no GPU work to see",
-        NCCL: "only for multi-GPU training: pip install nvidia-nccl-cu12 (CUDA builds of PyTorch bring it)",
-        "CUPTI": "pip install nvidia-cuda-cupti-cu12 (CUDA builds of PyTorch bring it)",
-    }
-    names = {RUNTIME: "CUDA runtime", DRIVER: "CUDA driver", NCCL: "NCCL", "CUPTI": "CUPTI"}
-    out = []
-    for api, (env, system) in _cuda_libs(python).items():
-        found = [f"env: {_short(env)}"] if env else []
-        found += [f"system: {_short(system)}"] if system else []
-        out.append(Check(names[api], bool(found), "; ".join(found) or "none in the environment or ldconfig",
-                         fixes[api] + ("" if found else "; check another Python with --python PATH")))
-    return out
-
-
-def check_nvml() -> Check:
-    try:
-        import pynvml as nv
-    except ImportError:
-        return Check("NVML / GPUs", False, "the nvidia-ml-py package is missing", "pip install nvidia-ml-py")
-    try:
-        nv.nvmlInit()
-    except Exception as e:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-        return Check("NVML / GPUs", False, f"no NVML: {e}", "the NVIDIA driver (libnvidia-ml.so.1) for GPU counters")
-    try:
-        names = []
-        for i in range(nv.nvmlDeviceGetCount()):
-            n = nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))
-            names.append(n.decode() if isinstance(n, bytes) else n)
-        return Check("NVML / GPUs", bool(names), f"{len(names)} GPU(s): {', '.join(names)}" if names else "no GPUs",
-                     "" if names else "no NVIDIA GPU is visible")
-    finally:
-        nv.nvmlShutdown()
 
 
 # -- reading traces -------------------------------------------------------------
@@ -331,8 +196,7 @@ def run_checks(python: str) -> list[Check]:
     if L is not None:
         families = check_families(privileged)
         checks += [check_tp_btf(families), *families]
-    checks += check_cuda(python)
-    checks.append(check_nvml())
+    checks += check_environment(python)
     checks += check_analysis()
     return checks
 

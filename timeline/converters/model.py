@@ -214,6 +214,7 @@ def _decode(blk, ring_dtypes) -> np.ndarray | None:
 
 
 RING_DTYPES = registry.RING_DTYPES
+RINGS = registry.RINGS
 
 
 def scan(path: str, progress: Progress = None, total: int | None = None, families_loader=None) -> LogModel:
@@ -244,9 +245,9 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
                 if recs is None or recs.size == 0:
                     continue
                 names = recs.dtype.names
-                # Rings a plugin writes (gpu: CUPTI records) time their records
-                # by `start` and run on no CPU of ours.
-                _note_ts(m, recs["ts" if "ts" in names else "start"])
+                # each ring's own timestamp field (a ring a plugin writes may
+                # time its records otherwise, and run on no CPU of ours)
+                _note_ts(m, recs[RINGS[blk.ring].ts_field])
                 if "cpu" in names:
                     m.cpus.update(np.unique(recs["cpu"]).tolist())
                 if blk.ring in ring_fams:

@@ -7,20 +7,23 @@ from dataclasses import dataclass
 
 import click
 
-from ..family import MIB, Family, Ring, option
+from ..family import MIB, CaptureRange, CheckData, Family, RankCount, Ring, option
 from . import kernel_supported, records
 
 CUDA_MODES = ("full", "entry-only")
 
 
-class CaptureRange(click.ParamType):
+class CaptureRangeType(click.ParamType):
+    """--capture-range: none, or a kind some family provides (Family.capture_ranges)."""
     name = "capture range"
 
     def convert(self, value, param, ctx):
-        if value in ("none", "cudaProfilerApi") or (isinstance(value, str) and value.startswith("nvtx:")
-                                                    and len(value) > 5):
+        from ..registry import CAPTURE_RANGES  # at parse time: the registry imports this module
+
+        if value == "none" or (isinstance(value, str) and any(c.matches(value) for _, c in CAPTURE_RANGES)):
             return value
-        self.fail(f"{value!r}: expected none, cudaProfilerApi or nvtx:NAME", param, ctx)
+        kinds = ["none", *(c.kind + "NAME" if c.kind.endswith(":") else c.kind for _, c in CAPTURE_RANGES)]
+        self.fail(f"{value!r}: expected {', '.join(kinds[:-1])} or {kinds[-1]}", param, ctx)
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class CudaOptions:
     cuda_mode: str = option("full", "--cuda-mode", type=click.Choice(CUDA_MODES), show_default=True,
                             help="cuda family: entry-only records kernel launches without their return "
                                  "(lowest overhead).")
-    capture_range: str = option("none", "--capture-range", type=CaptureRange(), show_default=True,
+    capture_range: str = option("none", "--capture-range", type=CaptureRangeType(), show_default=True,
                                 metavar="none|cudaProfilerApi|nvtx:NAME",
                                 help="Record only between the target's cudaProfilerStart() and cudaProfilerStop() "
                                      "(or cuProfilerStart/Stop), as nsys --capture-range=cudaProfilerApi; or, "
@@ -52,4 +55,11 @@ CUDA = Family(
     options=CudaOptions,
     plugin="timeline.cuda.plugin:CudaPlugin",
     converters=("timeline.cuda.converter:CudaConverter",),
+    header_fields=(("cuda", dict),),  # the probe table and mode (CudaPlugin.header)
+    capture_ranges=(CaptureRange("cudaProfilerApi"),),  # cut while recording (window.profiler_marks)
+    always_keep="timeline.cuda.window:always_keep",
+    check_data=(CheckData("cuda", "exists(select 1 from slice where category in ('cuda', 'cuda_driver', 'nccl'))",
+                          "CUDA runtime/driver/NCCL call slices"),),
+    rank_counts=(RankCount("CUDA/NCCL calls", records.RING_CUDA, lambda recs: recs["kind"] != records.CUDA_NAME),),
+    doctor="timeline.cuda.doctor:CudaDoctor",
 )

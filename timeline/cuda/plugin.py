@@ -26,15 +26,15 @@ import time
 import numpy as np
 
 from .. import events as ev
-from ..capture import field
 from ..errors import UserError
 from ..libbpf import BPFError
 from ..recorder_plugins import RecorderContext, RecorderPlugin
-from . import attach
+from ..registry import capture_range_kind
+from . import attach, window
 from . import discovery as dsc
 from . import records as cuda_records
 from .family import CUDA_MODES
-from .probes import APIS, PROBES, Role, probes_for, table_meta
+from .probes import APIS, probes_for, table_meta
 from ..safe_input import fd_name
 from .symbols import ElfSymbols
 
@@ -89,7 +89,7 @@ class CudaPlugin(RecorderPlugin):
         self.mapped: set[tuple] = set()        # (inode, path) of maps entries already looked at
         # library files are opened as the user the target runs as (discovery): not as
         # root, whom a name the target controls could point at a FIFO or a root-only file
-        self.reader = None if cfg is None or getattr(cfg, "as_root", False) else getattr(cfg, "owner", None)
+        self.reader = None if cfg is None or cfg.as_root else cfg.owner
         self.seen_records = 0                  # cuda ring records at the last tick
         self.next_active = 0.0
         self.procs: dict[int, _Proc] = {}      # pid -> its mappings' state
@@ -97,39 +97,15 @@ class CudaPlugin(RecorderPlugin):
         self.next_due = 0.0                    # earliest next_check of self.procs
         self.attach_s = 0.0
 
-    # -- capture windows ----------------------------------------------------
-    # Probe ids (cookie & CK_ID_MASK) by what a window does with them.
-    _START = np.array([p.role == Role.PROFILER_START for p in PROBES] + [False])
-    _STOP = np.array([p.role == Role.PROFILER_STOP for p in PROBES] + [False])
-    # Kernel names and communicators come from calls made once (at library
-    # load, at communicator init): a window that starts later still needs them.
-    _ALWAYS = np.array([p.role in (Role.REGISTER_FUNCTION, Role.KERNEL_HANDLE, Role.FUNCTION_NAME,
-                                   Role.COMM_INIT, Role.COMM_SPLIT) for p in PROBES] + [False])
-
-    def _ids(self, rows):
-        ids = (field(rows, cuda_records.RING_CUDA, "cookie") & cuda_records.CK_ID_MASK).astype(np.int64)
-        return np.minimum(ids, len(PROBES))  # an unknown id -> the trailing False
-
+    # -- capture windows (window.py) -------------------------------------
     def capture_range(self) -> str:
-        # nvtx:NAME is cut at conversion (timeline/commands/nvtx_capture.py), not here
+        # a kind cut at conversion (nvtx:NAME, timeline/capture_cut.py) is not cut here
         return self.options.capture_range if self.options.capture_range == "cudaProfilerApi" else ""
 
     def capture_marks(self, ring: int, rows) -> list[tuple[int, bool]]:
         if ring != cuda_records.RING_CUDA or not self.capture_range():
             return []
-        ids = self._ids(rows)
-        calls = field(rows, ring, "kind") != cuda_records.CUDA_NAME
-        on, off = self._START[ids] & calls, self._STOP[ids] & calls
-        if not (on.any() or off.any()):
-            return []
-        ts = field(rows, ring, "ts")
-        # on from the start call's entry; off at the stop call's entry
-        return sorted([(int(t), True) for t in ts[on]] + [(int(t), False) for t in ts[off]])
-
-    def always_keep(self, ring: int, rows):
-        if ring != cuda_records.RING_CUDA:
-            return None
-        return self._ALWAYS[self._ids(rows)] | (field(rows, ring, "kind") == cuda_records.CUDA_NAME)
+        return window.profiler_marks(rows)
 
     # -- plugin hooks -------------------------------------------------------
     def preflight(self) -> None:
@@ -141,14 +117,19 @@ class CudaPlugin(RecorderPlugin):
             if not os.path.isfile(p):
                 raise UserError(f"--cuda-lib {p}: no such file")
 
+    def _cut_at_conversion(self) -> bool:
+        """--capture-range (an option of ours) is of a kind cut when converted (nvtx:NAME)."""
+        found = capture_range_kind(self.options.capture_range)
+        return found is not None and bool(found[1].window)
+
     def header(self) -> dict:
         out = {"cuda": {"probes": table_meta(), "mode": self.mode}}
-        if self.options.capture_range.startswith("nvtx:"):  # cut at conversion: said where it looks first
+        if self._cut_at_conversion():  # said where the conversion looks first
             out["capture_range"] = self.options.capture_range
         return out
 
     def before_launch(self, ctx: RecorderContext) -> None:
-        if self.options.capture_range.startswith("nvtx:"):
+        if self._cut_at_conversion():
             ctx.write_meta({"type": "capture", "range": self.options.capture_range})
         t0 = time.monotonic()
         found = [(p, "--cuda-lib", None, None) for p in self.extra]

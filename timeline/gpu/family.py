@@ -8,14 +8,23 @@ recorder plugin (timeline/gpu/plugin.py) stores them under ring 7
 """
 from __future__ import annotations
 
-from ..family import Family, Ring
+from ..family import CaptureRange, CheckData, Family, Ring
 from . import records
 
 GPU = Family(
     name="gpu",
     help="GPU kernels, copies and NVTX ranges (CUPTI injection; launched commands only)",
-    rings=(Ring(records.RING_GPU, records.GPU_RECORD, "tl_gpu_record", records.GpuKind, header="gpu/records.h"),),
+    # CUPTI records are timed by their start (and run on no CPU of ours)
+    rings=(Ring(records.RING_GPU, records.GPU_RECORD, "tl_gpu_record", records.GpuKind, header="gpu/records.h",
+                ts_field="start"),),
     requires="a launched command (not --pid) whose CUDA environment has libcupti",
     plugin="timeline.gpu.plugin:GpuPlugin",
     converters=("timeline.gpu.converter:GpuConverter",),
+    # nvtx:NAME: ranges reach the recorder when they end, so the window is known
+    # only afterwards: cut at conversion (nvtx_range.py)
+    capture_ranges=(CaptureRange("nvtx:", launched_only=True, window="timeline.gpu.nvtx_range:window"),),
+    check_data=(CheckData("gpu", "exists(select 1 from slice where category in ('gpu_kernel', 'gpu_memcpy', "
+                                 "'gpu_memset'))",
+                          "GPU activity (kernel/copy/memset slices of the gpu family)"),),
+    doctor="timeline.gpu.doctor:GpuDoctor",
 )

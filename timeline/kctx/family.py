@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import click
 
-from ..family import MIB, Family, Ring, option
+from ..family import MIB, CheckData, Family, Ring, option
 from . import block_records, counters_records, ioctl_records
 
 IOCTL_MODES = ("gpu", "all")
@@ -61,6 +61,7 @@ IOCTL = Family(
     options=IoctlOptions,
     plugin="timeline.kctx.plugins:IoctlPlugin",
     converters=("timeline.kctx.convert_ioctl:IoctlConverter",),
+    check_data=(CheckData("ioctl", "exists(select 1 from slice where category = 'ioctl')", "GPU-driver ioctl slices"),),
 )
 
 BLOCK = Family(
@@ -71,6 +72,8 @@ BLOCK = Family(
     bpf_object="block.bpf.o",
     programs=("tl_blk_insert", "tl_blk_issue", "tl_blk_done"),
     converters=("timeline.kctx.convert_block:BlockConverter",),
+    check_data=(CheckData("block_io", "exists(select 1 from slice where category = 'block_io')",
+                          "block I/O request slices"),),
 )
 
 COUNTERS = Family(
@@ -83,4 +86,6 @@ COUNTERS = Family(
     options=CountersOptions,
     plugin="timeline.kctx.plugins:CountersPlugin",
     converters=("timeline.kctx.convert_counters:CountersConverter",),
+    check_data=(CheckData("gpu_counters", "exists(select 1 from counter_track where name glob 'gpu[0-9]*.*')",
+                          "GPU counters (gpu<N>.utilization_pct, ...)"),),
 )
