@@ -46,8 +46,7 @@ ALLOWED = {
     ("timeline/bpf/build_inject.py", "cupti_version", "Path.read_text"): "build time: a CUDA toolkit header",
     ("timeline/bpf/build_inject.py", "build", "stub.write_text"): "build time: a C stub in a temporary directory",
     # our own process and terminal
-    ("timeline/commands/doctor.py", "_effective_caps", "open"): "/proc/self/status",
-    ("timeline/recorder.py", "_effective_caps", "open"): "/proc/self/status",
+    ("timeline/privileges.py", "effective_caps", "open"): "/proc/self/status",
     ("timeline/recorder.py", "Recorder._target_in_foreground", "os.open"): "/dev/tty, our controlling terminal",
     # /proc files of recorded processes: the path is built by us from a pid or tid the kernel gave us
     ("timeline/target.py", "_comm", "open"): "/proc/PID/task/TID/comm",
