@@ -197,8 +197,9 @@ class RingLog:
         if disk_full is not None:
             disk_full.kept = size  # what the trace is made from: the dump
         log.remove_segments()
-        return RawLogEnd(fd=fd, size=size, note=f"ring: kept the last {self.options.keep_s:g}s; segments took at "
-                                                 f"most {ring_disk:,} bytes on disk ({log.total_bytes:,} written in all)")
+        note = (f"ring: kept the last {self.options.keep_s:g}s; segments took at most {ring_disk:,} bytes on disk "
+                f"({log.total_bytes:,} written in all)")
+        return RawLogEnd(fd=fd, size=size, note=note)
 
     def close(self) -> None:
         self._log.close()
