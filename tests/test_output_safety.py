@@ -16,11 +16,11 @@ from helpers import NOBODY, SUDO_NOBODY, require_root, timeline_cmd, udir  # noq
 from rawlog_factory import scenario  # noqa: E402
 
 from timeline.errors import UserError  # noqa: E402
-from timeline.target import RunAs  # noqa: E402
+from timeline.identity import InvokingUser  # noqa: E402
 
 # The attacker runs as the user, who cannot reach a Python under /root (pyenv).
 USER_PYTHON = "/usr/bin/python3"
-NOBODY_USER = RunAs(NOBODY, NOBODY, [NOBODY], "nobody", "/")
+NOBODY_USER = InvokingUser(NOBODY, NOBODY, [NOBODY], "nobody", "/")
 SECRET = b"root-owned content\n"
 
 

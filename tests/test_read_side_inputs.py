@@ -24,10 +24,10 @@ from timeline import events as ev  # noqa: E402
 from timeline.cuda import records as cuda_records  # noqa: E402
 from timeline.converters import convert  # noqa: E402
 from timeline.cuda.probes import PROBES, Role, table_meta  # noqa: E402
-from timeline.target import RunAs  # noqa: E402
+from timeline.identity import InvokingUser  # noqa: E402
 
 SECRET = b"ROOT-ONLY-KEY=7c41d9e2"
-NOBODY_USER = RunAs(NOBODY, NOBODY, [NOBODY], "nobody", "/")
+NOBODY_USER = InvokingUser(NOBODY, NOBODY, [NOBODY], "nobody", "/")
 PID = 4100
 BASE = 0x7F10_0000_0000  # where the crafted maps record says the file is mapped
 HOST = BASE + 0x40       # the launched host stub, registered with a name at BASE

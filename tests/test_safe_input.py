@@ -13,9 +13,9 @@ from helpers import NOBODY, require_root, udir  # noqa: E402,F401 (udir: fixture
 
 from timeline.safe_input import (BoundedReader, InputTooLarge, NotRegularFile, open_input,  # noqa: E402
                                  open_inputs, read_fd, read_file)
-from timeline.target import RunAs  # noqa: E402
+from timeline.identity import InvokingUser  # noqa: E402
 
-USER = RunAs(NOBODY, NOBODY, [NOBODY], "nobody", "/")
+USER = InvokingUser(NOBODY, NOBODY, [NOBODY], "nobody", "/")
 
 
 @pytest.fixture

@@ -105,6 +105,10 @@ def test_pftrace_cut_in_its_first_bytes_says_so(whole, tmp_path):
     assert not_recorded and all("not complete" in c["note"] for c in not_recorded)
     text = timeline_cmd("check", str(cut)).stdout.replace("\n", " ")
     assert "warning: the trace is not complete: the file is cut at byte 100," in text
+    # query reads the same file's framing, through the descriptor it loaded the trace from
+    q = timeline_cmd("query", str(cut), "select 1 as one", "--format", "csv")
+    assert q.returncode == 0 and q.stdout.split() == ["one", "1"], q.stderr
+    assert "timeline: warning: the trace is not complete: the file is cut at byte 100," in q.stderr, q.stderr
 
 
 def _packet_ends(data: bytes) -> set:

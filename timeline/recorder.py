@@ -24,16 +24,16 @@ from .bpf_session import BpfSession
 from .errors import MachineError, UserError
 from . import capture
 from .capture import CaptureWindow, check_capture_range, toggle_recording
-from .rawlog import RawLogFull, RawLogWriter
-from .ringlog import SegmentedLog
+from .rawlog import RawLogFull
+from .rawlog_sink import RingOptions, open_raw_log
 from .hang import HangWatch
+from .identity import InvokingUser, invoking_user
 from .privileges import can_load_bpf
-from .safe_output import remove
 from .ranks import RankWatcher
 from .recorder_plugins import RecorderContext
 from .recorder_plugins import load as load_plugins
 from .registry import DEFAULT_EVENTS, FAMILIES, KIND_NAMES
-from .target import exit_status, invoking_user, launch, resolve_command, snapshot_tree
+from .target import exit_status, launch, resolve_command, snapshot_tree
 
 MAX_RING_MIB = 2048  # a ring's size is a u32 number of bytes (max_entries)
 
@@ -45,20 +45,25 @@ class RecordConfig:
     pid: int | None = None
     events: tuple[str, ...] = DEFAULT_EVENTS
     duration: float | None = None
-    as_root: bool = False
+    # whom output files are created as and belong to, and files named by the user
+    # or the target are read as: in sudo mode the user behind sudo (timeline.identity)
+    user: InvokingUser = field(default_factory=invoking_user)
+    as_root: bool = False  # --as-root: a launched command runs as root even in sudo mode
     ring_mib: dict[str, int] = field(default_factory=dict)  # family -> ring MiB (--buffer-size); others: .bpf.c size
     poll_interval: float = 0.05
-    owner: object = None  # the invoking user (target.RunAs) who creates and owns output files; None: us
     # family -> its options dataclass (registry.family_options); a family not here has its defaults
     options: dict[str, object] = field(default_factory=dict)
     delay: float = 0.0  # --delay: seconds before non-proc records are kept (timeline.capture)
-    ring: float | None = None  # --ring: keep only the last this many seconds (timeline.ringlog)
-    dump_raw_path: object = None  # callable(n) -> raw log path of the n-th dump while running (--ring)
-    # callable(raw path, n, fd): a dump was written while running (record converts it, reading it
-    # through fd, a descriptor it then owns)
-    on_dump: object = None
+    ring: RingOptions | None = None  # --ring: keep only the last seconds, and dumps (timeline.rawlog_sink)
     warn: object = None  # callable(line): a problem to say now, while recording goes on (else: the summary)
-    hang_timeout: float | None = None  # --hang-timeout: dump after this long without progress (timeline.hang)
+    # --hang-timeout (with --ring): dump after this long without progress (timeline.hang)
+    hang_timeout: float | None = None
+
+    @property
+    def target_user(self) -> InvokingUser:
+        """Whom a launched command runs as, and as whom plugins read the files
+        it names: the user, or with --as-root ourselves."""
+        return InvokingUser.ourselves() if self.as_root else self.user
 
 
 @dataclass
@@ -79,6 +84,7 @@ class RecordResult:
     raw_fd: int = -1
     raw_error: str | None = None  # --ring: why the raw log at raw_path could not be written
     kept_segments: list[str] = field(default_factory=list)  # --ring: ... so these hold the recording
+    dumps: int = 0  # --ring: dumps written while recording
 
 
 def preflight(cfg: RecordConfig) -> None:
@@ -123,10 +129,39 @@ def _clock_snapshot() -> dict:
     return {"boottime_ns": b, "realtime_ns": (r0 + r1) // 2, "monotonic_ns": m}
 
 
+def _header(cfg: RecordConfig, names: list[str], plugins: list) -> dict:
+    """The raw log's header: clocks, machine, what is recorded, and the rings' layouts."""
+    header = {
+        "version": 1,
+        "timeline_version": __version__,
+        "clock": _clock_snapshot(),
+        "uname": dict(zip(("sysname", "nodename", "release", "version", "machine"), os.uname())),
+        "ncpu": os.cpu_count(),
+        "mode": "attach" if cfg.pid else "launch",
+        "command": list(cfg.command) if cfg.command else None,
+        "target_pid": cfg.pid,
+        "recorder_pid": os.getpid(),
+        "events": names,
+        "python": platform.python_version(),
+    }
+    for plugin in plugins:
+        header.update(plugin.header())
+    fams = [FAMILIES[name] for name in header["events"]]
+    header["rings"] = {str(r.id): {"name": f.name, "record_size": r.dtype.itemsize,
+                                   "stride": events.ring_stride(r.dtype)} for f in fams for r in f.rings}
+    return header
+
+
+def _end_stats(drops: dict, causes: dict, exit_code: int, reason: str, stop_ts: int) -> dict:
+    """A raw log's END block (the recording's, or a dump's), with the clocks read now."""
+    return {"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(), "exit_code": exit_code,
+            "reason": reason, "stop_ts": stop_ts}
+
+
 class _Consumer(threading.Thread):
     """Copies ring data to the raw log until stopped."""
 
-    def __init__(self, session: BpfSession, writer: RawLogWriter, interval: float):
+    def __init__(self, session: BpfSession, writer, interval: float):  # writer: the raw log sink (rawlog_sink)
         super().__init__(name="timeline-consumer", daemon=True)
         self.session, self.writer, self.interval = session, writer, interval
         # Waits between drains are on a bare lock that stop() releases: an
@@ -268,7 +303,6 @@ class Recorder:
         self.status = status  # callable(dict) for the progress line; None when none is shown
         self._signals: list[int] = []
         self.start_time = 0.0
-        self.dumps = 0  # dumps written while running (--ring)
         self.plugins: list = []
 
     # -- signals ------------------------------------------------------------
@@ -288,47 +322,12 @@ class Recorder:
         plugins = load_plugins(names, cfg)
         for plugin in plugins:
             plugin.preflight()
-        run_as = None if cfg.as_root else invoking_user()
-        header = {
-            "version": 1,
-            "timeline_version": __version__,
-            "clock": _clock_snapshot(),
-            "uname": dict(zip(("sysname", "nodename", "release", "version", "machine"), os.uname())),
-            "ncpu": os.cpu_count(),
-            "mode": "attach" if cfg.pid else "launch",
-            "command": list(cfg.command) if cfg.command else None,
-            "target_pid": cfg.pid,
-            "recorder_pid": os.getpid(),
-            "events": names,
-            "python": platform.python_version(),
-        }
-        for plugin in plugins:
-            header.update(plugin.header())
-        fams = [FAMILIES[name] for name in header["events"]]
-        header["rings"] = {str(r.id): {"name": f.name, "record_size": r.dtype.itemsize,
-                                       "stride": events.ring_stride(r.dtype)} for f in fams for r in f.rings}
-        try:
-            if cfg.ring:
-                writer = SegmentedLog(cfg.raw_path, header, cfg.ring, user=cfg.owner)
-            else:
-                writer = RawLogWriter(cfg.raw_path, header, user=cfg.owner, background=True)
-        except OSError as e:
-            raise UserError(f"cannot write {cfg.raw_path}: {e.strerror}") from None
-        try:
-            session = BpfSession(names, launcher_tgid=os.getpid(),
-                                 ring_sizes={k: v << 20 for k, v in cfg.ring_mib.items()})
-        except libbpf.BPFError as e:
-            writer.close()
-            remove(cfg.raw_path, cfg.owner)
-            if e.log and os.environ.get("TIMELINE_DEBUG"):
-                sys.stderr.write(f"libbpf said:\n{e.log}\n")
-            raise MachineError(f"loading the eBPF programs failed: {e}") from None
+        sink = open_raw_log(cfg.raw_path, _header(cfg, names, plugins), cfg.user, cfg.ring, self._warn)
+        session = self._load_session(names, sink)
         restore = self._install_signals()
-        consumer = _Consumer(session, writer, cfg.poll_interval)
-        if isinstance(writer, SegmentedLog):
-            writer.always = consumer._always_keep
-            writer.warn = self._warn
-        ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, writer, consumer.lock)
+        consumer = _Consumer(session, sink, cfg.poll_interval)
+        sink.start(consumer._always_keep, consumer.lock)
+        ctx = self.ctx = consumer.ctx = RecorderContext(cfg, session, sink, consumer.lock)
         ctx.window_holder = consumer
         proc: subprocess.Popen | None = None
         reason, code = "target exited", 0
@@ -337,41 +336,63 @@ class Recorder:
             for plugin in plugins:
                 plugin.before_launch(ctx)
             consumer.plugins = plugins
-            ranges = [r for r in (p.capture_range() for p in plugins) if r]
-            if ranges:  # off until the target opens the range
-                consumer.window = CaptureWindow(capture.NEVER)
-                ctx.write_meta({"type": "capture", "range": ranges[0]})
-            elif cfg.delay:
-                consumer.window = CaptureWindow(ctx.now_ns() + int(cfg.delay * 1e9))
-                ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
+            self._open_window(consumer, plugins)
             consumer.start()
             self.start_time = time.monotonic()
-            if cfg.pid:
-                ctx.target_pids = self._attach_tree(session, ctx, cfg.pid)
-            else:
-                extra_env: dict[str, str] = {}
-                for plugin in plugins:
-                    extra_env.update(plugin.launch_env(ctx))
-                session.arm_launch(True)
-                try:
-                    proc = launch(cfg.command, run_as, extra_env)
-                finally:
-                    session.arm_launch(False)
-                ctx.target_pids = [proc.pid]
-                ctx.add_processes(ctx.target_pids)
-                ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
+            proc = self._start_target(session, plugins)
             for plugin in plugins:
                 plugin.on_target(ctx)
             self.plugins = plugins
-            reason, code = self._wait(proc, consumer, session)
+            reason, code = self._wait(proc, consumer, session, sink)
         finally:
             restore()
-            result = self._finish(session, writer, consumer, reason, code, plugins)
+            result = self._finish(session, sink, consumer, reason, code, plugins)
         if proc is not None and proc.poll() is None:
             # Recording stopped (duration) while the target runs on: keep its
             # exit code as ours, like a shell would.
             result.exit_code = exit_status(proc.wait())
         return result
+
+    def _load_session(self, names: list[str], sink) -> BpfSession:
+        """The families' BPF objects, loaded (not attached); a failure removes the raw log again."""
+        try:
+            return BpfSession(names, launcher_tgid=os.getpid(),
+                              ring_sizes={k: v << 20 for k, v in self.cfg.ring_mib.items()})
+        except libbpf.BPFError as e:
+            sink.discard()
+            if e.log and os.environ.get("TIMELINE_DEBUG"):
+                sys.stderr.write(f"libbpf said:\n{e.log}\n")
+            raise MachineError(f"loading the eBPF programs failed: {e}") from None
+
+    def _open_window(self, consumer: _Consumer, plugins: list) -> None:
+        """A capture range (off until the target opens it) or --delay: which records are kept from the start."""
+        ctx = self.ctx
+        ranges = [r for r in (p.capture_range() for p in plugins) if r]
+        if ranges:  # off until the target opens the range
+            consumer.window = CaptureWindow(capture.NEVER)
+            ctx.write_meta({"type": "capture", "range": ranges[0]})
+        elif self.cfg.delay:
+            consumer.window = CaptureWindow(ctx.now_ns() + int(self.cfg.delay * 1e9))
+            ctx.write_meta({"type": "capture", "start": consumer.window.start_ns})
+
+    def _start_target(self, session: BpfSession, plugins: list) -> subprocess.Popen | None:
+        """Follow the tree of --pid, or launch the command (its process, None for --pid)."""
+        cfg, ctx = self.cfg, self.ctx
+        if cfg.pid:
+            ctx.target_pids = self._attach_tree(session, ctx, cfg.pid)
+            return None
+        extra_env: dict[str, str] = {}
+        for plugin in plugins:
+            extra_env.update(plugin.launch_env(ctx))
+        session.arm_launch(True)
+        try:
+            proc = launch(cfg.command, cfg.target_user, extra_env)
+        finally:
+            session.arm_launch(False)
+        ctx.target_pids = [proc.pid]
+        ctx.add_processes(ctx.target_pids)
+        ctx.write_meta({"type": "launched", "pid": proc.pid, "ts": ctx.now_ns()})
+        return proc
 
     def _attach_tree(self, session: BpfSession, ctx: RecorderContext, pid: int) -> list[int]:
         seen: dict[int, dict] = {}
@@ -392,19 +413,19 @@ class Recorder:
     HANG_POLL_S = 0.5  # --hang-timeout: how often progress is looked for
     STATUS_S = 0.5  # progress for the status line, which shows it once a second
 
-    def _wait(self, proc, consumer: _Consumer, session: BpfSession) -> tuple[str, int]:
+    def _wait(self, proc, consumer: _Consumer, session: BpfSession, sink) -> tuple[str, int]:
         sleeper = _Sleeper(proc.pid if proc is not None else self.cfg.pid)
         try:
-            return self._wait_loop(proc, consumer, session, sleeper)
+            return self._wait_loop(proc, consumer, session, sink, sleeper)
         finally:
             sleeper.close()
 
-    def _wait_loop(self, proc, consumer: _Consumer, session: BpfSession, sleeper: _Sleeper) -> tuple[str, int]:
+    def _wait_loop(self, proc, consumer: _Consumer, session: BpfSession, sink, sleeper: _Sleeper) -> tuple[str, int]:
         cfg = self.cfg
         deadline = self.start_time + cfg.duration if cfg.duration else None
         interrupts = 0
         target = None if proc else psutil.Process(cfg.pid)
-        watch = HangWatch(cfg.hang_timeout, self.ctx.now_ns()) if cfg.hang_timeout and cfg.ring else None
+        watch = HangWatch(cfg.hang_timeout, self.ctx.now_ns()) if cfg.hang_timeout else None
         while True:
             if consumer.error:
                 raise consumer.error
@@ -422,23 +443,22 @@ class Recorder:
                     toggle_recording(consumer, self.ctx)
                     continue
                 if sig == signal.SIGUSR2:  # --ring: dump the last DURATION now, record on
-                    if self.cfg.ring:
-                        self._dump(consumer, session, "SIGUSR2")
+                    self._dump(consumer, session, sink, "SIGUSR2")
                     continue
                 if proc is None:  # attach mode: stop recording, leave the target alone
                     return ("interrupted" if sig == signal.SIGINT else "terminated"), 128 + sig
                 interrupts += 1
                 self._forward(proc, sig, interrupts)
-            while cfg.ring and self.ctx.failed_exits:  # a process of the job died: dump what led to it
+            while self.ctx.failed_exits:  # a process of the job died: dump what led to it (--ring)
                 pid, status = self.ctx.failed_exits.pop(0)
                 if proc is None or pid != proc.pid:  # the target's own end: the trace at exit is the dump
-                    self._dump(consumer, session, f"pid {pid} " + (f"killed by signal {status & 0x7f}"
-                                                                  if status & 0x7f else f"exited {status >> 8}"))
+                    self._dump(consumer, session, sink, f"pid {pid} " + (f"killed by signal {status & 0x7f}"
+                                                                        if status & 0x7f else f"exited {status >> 8}"))
             if watch is not None:
                 now_ns = self.ctx.now_ns()
                 if watch.poll(self.ctx, self.plugins, now_ns):
                     self.ctx.write_meta(watch.snapshot(self.ctx, self.plugins, now_ns))
-                    self._dump(consumer, session, "hang")
+                    self._dump(consumer, session, sink, "hang")
             now = time.monotonic()
             if deadline and now >= deadline:
                 return "duration reached", 0
@@ -450,36 +470,16 @@ class Recorder:
                 timeout = min(timeout, deadline - now)
             sleeper.sleep(timeout)
 
-    def _dump(self, consumer: _Consumer, session: BpfSession, why: str) -> None:
-        """Ring mode, while recording: write the last DURATION as its own raw log.
-        A dump that cannot be written is one line; recording goes on."""
+    def _dump(self, consumer: _Consumer, session: BpfSession, sink, why: str) -> None:
+        """--ring, while recording: the last DURATION as a raw log of its own
+        (the sink's dump; a plain log has none).  Recording goes on."""
         try:
             consumer.drain_once()
         except RawLogFull as e:  # the wait loop stops recording on its next turn
             consumer.disk_full = consumer.disk_full or e
             return
-        self.dumps += 1
-        n, path = self.dumps, self.cfg.dump_raw_path(self.dumps)
-        try:
-            with consumer.lock:
-                _, fd = consumer.writer.dump(path, {"drops": session.drops(), "drop_causes": session.drop_causes(),
-                                                    "clock_end": _clock_snapshot(), "exit_code": 0,
-                                                    "reason": f"dump {n} ({why})",
-                                                    "stop_ts": time.clock_gettime_ns(time.CLOCK_BOOTTIME)},
-                                             keep_fd=True)
-        except RawLogFull as e:
-            self._warn(f"dump {n} ({why}): no room for {path} ({e.strerror}); recording goes on")
-            return
-        except UserError as e:
-            self._warn(f"dump {n} ({why}): {e}; recording goes on")
-            return
-        except OSError as e:
-            self._warn(f"dump {n} ({why}): cannot write {path}: {e.strerror}; recording goes on")
-            return
-        if self.cfg.on_dump is not None:
-            self.cfg.on_dump(path, n, fd)
-        else:
-            os.close(fd)
+        sink.dump(why, lambda reason: _end_stats(session.drops(), session.drop_causes(), 0, reason,
+                                                 time.clock_gettime_ns(time.CLOCK_BOOTTIME)))
 
     def _warn(self, line: str) -> None:
         if self.cfg.warn is not None:
@@ -532,87 +532,61 @@ class Recorder:
         return {"elapsed": elapsed, "records": n, "rate": n / elapsed if elapsed > 0 else 0.0,
                 "drops": drops, "raw_bytes": consumer.writer.bytes_written}
 
-    def _finish(self, session, writer, consumer, reason, code, plugins) -> RecordResult:
+    def _finish(self, session, sink, consumer, reason, code, plugins) -> RecordResult:
         """Detach, drain everything left, write END: always runs."""
         elapsed = time.monotonic() - self.start_time if self.start_time else 0.0
         # Recording ends now: what follows (plugins' last look, detaching the
         # probes, up to ~1 s with many uprobes) is our bookkeeping, not part of
         # the timeline the user looks at.
         stop_ts = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-        if isinstance(writer, SegmentedLog):
-            writer.frozen = True  # the exit dump ends at stop_ts: keep every segment it reads
+        sink.recording_ends()
         drops: dict[str, list[int]] = {}
         causes: dict[str, dict] = {}
-        raw_bytes, raw_fd, raw_error, kept_segments = None, -1, None, []
         consumer.stop()
         if consumer.is_alive():
             consumer.join()
         try:
-            for plugin in plugins:
-                try:
-                    plugin.stop(consumer.ctx)
-                except RawLogFull:
-                    pass  # said once, in the summary's disk-full line
-                except Exception as e:  # a plugin must not cost the recording
-                    consumer.ctx.summary.append(f"warning: {plugin.family}: {e}")
+            _stop_plugins(plugins, consumer.ctx)
             session.detach()
-            drops, causes = session.drops(), session.drop_causes()
-            for plugin in plugins:
-                for fam, n in plugin.drops().items():
-                    drops[fam] = [*drops.get(fam, []), n]
+            drops, causes = _all_drops(session, plugins)
             try:
                 if consumer.disk_full is None:
                     consumer.drain_once()
-                writer.finish({"drops": drops, "drop_causes": causes, "clock_end": _clock_snapshot(),
-                               "exit_code": code, "reason": reason,
-                               "stop_ts": stop_ts})
+                sink.finish(_end_stats(drops, causes, code, reason, stop_ts))
             except RawLogFull as e:  # no room for the last blocks: the log stays whole up to e.kept
                 consumer.disk_full = consumer.disk_full or e
                 reason = "disk full"
-            if isinstance(writer, SegmentedLog):
-                ring = self._ring_end(writer, consumer, {"drops": drops, "drop_causes": causes,
-                                                         "clock_end": _clock_snapshot(), "exit_code": code,
-                                                         "reason": reason, "stop_ts": stop_ts}, stop_ts)
-                raw_bytes, raw_fd, raw_error, kept_segments = ring
-            elif writer.fd >= 0:
-                raw_fd = writer.read_fd()
+            end = sink.end(_end_stats(drops, causes, code, reason, stop_ts), consumer.disk_full)
+            if end.note:
+                consumer.ctx.summary.append(end.note)
         finally:
-            writer.close()
+            sink.close()
             records = {f.name: sum(session.readers[r.id].records for r in f.rings)
                        for f in session.bpf_families}
             kind_counts = consumer.kind_counts()
             session.close()
         kinds = {KIND_NAMES.get(k, f"{k[0]}:{k[1]}"): v for k, v in sorted(kind_counts.items())}
-        return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()},
-                            raw_bytes if raw_bytes is not None else writer.bytes_written, elapsed, list(consumer.ctx.summary) if consumer.ctx else [],
-                            drop_causes=causes, disk_full=consumer.disk_full, ranked=consumer.n_ranked,
-                            raw_fd=raw_fd, raw_error=raw_error, kept_segments=kept_segments)
+        return RecordResult(code, reason, records, kinds, {k: sum(v) for k, v in drops.items()}, end.size, elapsed,
+                            list(consumer.ctx.summary) if consumer.ctx else [], drop_causes=causes,
+                            disk_full=consumer.disk_full, ranked=consumer.n_ranked, raw_fd=end.fd,
+                            raw_error=end.error, kept_segments=end.kept_segments, dumps=sink.dumps)
 
-    def _ring_end(self, writer: SegmentedLog, consumer: _Consumer, stats: dict, stop_ts: int):
-        """--ring, at the end: the last DURATION as one ordinary raw log at raw_path
-        (the trace's source).  (bytes, read fd, error, kept segment paths): when
-        that log cannot be written (no room, a name the target took), the
-        segments stay and say where the recording is."""
-        path = self.cfg.raw_path
-        ring_disk = max(writer.max_disk, writer.disk_bytes())
-        writer.close()
-        error = None
+
+def _stop_plugins(plugins: list, ctx: RecorderContext) -> None:
+    """Each plugin's last look; a failing one costs a summary line, never the recording."""
+    for plugin in plugins:
         try:
-            size, fd = writer.dump(path, stats, now=stop_ts, keep_fd=True)
-        except RawLogFull as e:
-            error = f"no room for {path} ({e.strerror})"
-        except UserError as e:
-            error = str(e)
-        except OSError as e:
-            error = f"cannot write {path}: {e.strerror}"
-        if error is not None:
-            kept = [s.path for s in writer.segments]
-            writer.release()
-            return None, -1, error, kept
-        if consumer.disk_full is not None:
-            consumer.disk_full.kept = size  # what the trace is made from: the dump
-        consumer.ctx.summary.append(
-            f"ring: kept the last {self.cfg.ring:g}s; segments took at most {ring_disk:,} bytes on disk "
-            f"({writer.total_bytes:,} written in all)")
-        writer.remove_segments()
-        return size, fd, None, []
+            plugin.stop(ctx)
+        except RawLogFull:
+            pass  # said once, in the summary's disk-full line
+        except Exception as e:  # a plugin must not cost the recording
+            ctx.summary.append(f"warning: {plugin.family}: {e}")
+
+
+def _all_drops(session: BpfSession, plugins: list) -> tuple[dict[str, list[int]], dict[str, dict]]:
+    """(family -> records lost, per CPU and plugin; BpfSession.drop_causes())."""
+    drops, causes = session.drops(), session.drop_causes()
+    for plugin in plugins:
+        for fam, n in plugin.drops().items():
+            drops[fam] = [*drops.get(fam, []), n]
+    return drops, causes

@@ -15,7 +15,8 @@ files next to the output.  The rule (docs/security.md, "Reading files"):
 So root never reads what the user could not (a root-only file named by a
 crafted maps record gives EACCES), a planted symlink is refused, and a FIFO
 or device cannot hang or trigger anything (O_NONBLOCK open, then refused).
-Without sudo (`user` None) the same flags and checks apply in-process.
+Without sudo (`user` None, or an identity.InvokingUser that is not in sudo
+mode) the same flags and checks apply in-process.
 
 tests/test_open_calls.py fails on any file open in the package that does not
 go through this module, safe_output, or a vetted exception listed there.
@@ -27,7 +28,7 @@ import io
 import os
 import stat
 
-from .safe_output import _kind, as_user
+from .safe_output import _kind, as_user, switches_identity
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -80,7 +81,7 @@ def open_input(path, user=None) -> int:
     at the last component and without blocking.  Raises OSError (including
     NotRegularFile) with errno and a short strerror."""
     path = os.fspath(path)
-    if user is None:
+    if not switches_identity(user):
         return _open_here(path)
     # NotRegularFile crosses the process boundary as a plain OSError: keep its meaning
     try:
@@ -96,7 +97,7 @@ def open_inputs(paths, user=None) -> list:
     """open_input for many paths with one identity switch (one fork in sudo
     mode): a list with, per path, a descriptor or the OSError it gave."""
     paths = [os.fspath(p) for p in paths]
-    if user is None or not paths:
+    if not switches_identity(user) or not paths:
         out = []
         for p in paths:
             try:

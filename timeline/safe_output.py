@@ -38,12 +38,19 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def switches_identity(user) -> bool:
+    """Whether work for `user` runs under their identity: the invoking user in
+    sudo mode (identity.InvokingUser).  None, or a user whose `sudo` is false:
+    we act as ourselves."""
+    return user is not None and user.sudo
+
+
 def as_user(user, fn, many: bool = False):
-    """fn() run with `user`'s identity (uid, gid, groups attributes; None: as we are).
-    fn returns (value, fd or None), or with many=True (value, [fds]) (at most
-    253 descriptors); the descriptors are passed back to us.  OSErrors raised
-    by fn are raised here with their errno."""
-    if user is None:
+    """fn() run with `user`'s identity (uid, gid, groups attributes; see
+    switches_identity: else as we are).  fn returns (value, fd or None), or
+    with many=True (value, [fds]) (at most 253 descriptors); the descriptors
+    are passed back to us.  OSErrors raised by fn are raised here with their errno."""
+    if not switches_identity(user):
         return fn()
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message, whole
     pid = os.fork()
@@ -137,7 +144,7 @@ def open_for_reading(path: str, user=None) -> int:
 class OutputFile:
     """A file that will appear at `path`: write through `fd`, then `commit()`.
 
-    `user`: the invoking user in sudo mode (uid, gid, groups), else None.
+    `user`: the invoking user (identity.InvokingUser), or None: as we are.
     As a context manager: committed on success, discarded on an exception.
     """
 
@@ -150,7 +157,7 @@ class OutputFile:
         self.tmp, self.fd = as_user(user, lambda: self._create(d, base))
         try:
             os.fchmod(self.fd, mode)
-            if user is not None:
+            if switches_identity(user):
                 os.fchown(self.fd, user.uid, user.gid)
         except BaseException:
             self.discard()

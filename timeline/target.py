@@ -2,41 +2,13 @@
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
-from dataclasses import dataclass
 
 import psutil
 
 from .errors import UserError
-
-
-@dataclass
-class RunAs:
-    uid: int
-    gid: int
-    groups: list[int]
-    user: str
-    home: str
-
-
-def invoking_user() -> RunAs | None:
-    """The user behind sudo, when we are root through sudo; else None."""
-    if os.geteuid() != 0 or "SUDO_UID" not in os.environ:
-        return None
-    try:
-        uid = int(os.environ["SUDO_UID"])
-        gid = int(os.environ.get("SUDO_GID", uid))
-    except ValueError:
-        return None
-    if uid == 0:
-        return None
-    try:
-        pw = pwd.getpwuid(uid)
-        return RunAs(uid, gid, os.getgrouplist(pw.pw_name, gid), pw.pw_name, pw.pw_dir)
-    except KeyError:  # uid with no passwd entry: no supplementary groups
-        return RunAs(uid, gid, [gid], str(uid), "/")
+from .identity import InvokingUser
 
 
 def resolve_command(argv: list[str], env: dict[str, str]) -> str:
@@ -55,17 +27,19 @@ def resolve_command(argv: list[str], env: dict[str, str]) -> str:
     return path
 
 
-def launch(argv: list[str], run_as: RunAs | None, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start the target; it stays in our process group so Ctrl-C reaches it.
-    extra_env: variables the families add (e.g. the gpu family's injection)."""
+def launch(argv: list[str], user: InvokingUser, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start the target as `user` (in sudo mode the user behind sudo, with
+    their HOME and name; else as we are); it stays in our process group so
+    Ctrl-C reaches it.  extra_env: variables the families add (e.g. the gpu
+    family's injection)."""
     env = dict(os.environ)
     env.update(extra_env or {})
     kwargs = {}
-    if run_as is not None:
-        env.update(HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user)
+    if user.sudo:
+        env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
         for k in ("SUDO_COMMAND", "SUDO_USER", "SUDO_UID", "SUDO_GID"):
             env.pop(k, None)
-        kwargs.update(user=run_as.uid, group=run_as.gid, extra_groups=run_as.groups)
+        kwargs.update(user=user.uid, group=user.gid, extra_groups=list(user.groups))
     path = resolve_command(argv, env)
     try:
         return subprocess.Popen([path, *argv[1:]], env=env, close_fds=True, **kwargs)

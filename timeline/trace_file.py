@@ -10,6 +10,7 @@ never through a symbolic link, regular files only, a FIFO refused at once
   format_for(name)   the output format a file name implies (case-insensitive)
   inflate(fd)        gzip in bounded pieces, with a cap on the decompressed total
   iter_fields(buf)   the protobuf wire format, walked without parsing messages
+  file_fields(fd)    the same for a whole file's top-level fields, a chunk at a time
   packet_spans(buf)  the TracePackets of a Perfetto trace, as byte ranges
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import zlib
 from . import safe_input
 from .errors import UserError
 from .rawlog import MAGIC
+from .safe_output import switches_identity
 from .terminal import printable
 
 RAW, GZIP, JSON, PROTO = "raw", "gzip", "json", "proto"
@@ -51,28 +53,21 @@ def is_gzip_name(name) -> bool:
 # -- opening -----------------------------------------------------------------
 
 def open_trace_file(path, user=None) -> int:
-    """A descriptor on `path` opened with safe_input.open_input (as `user`, the
-    invoking user in sudo mode); TraceFileError, one line, when that fails."""
+    """A descriptor on `path` opened with safe_input.open_input (as `user`, an
+    identity.InvokingUser; None: as we are); TraceFileError, one line, when that fails."""
     p = printable(path)
     try:
         return safe_input.open_input(path, user)
     except safe_input.NotRegularFile as e:
         if e.errno == errno.ELOOP:
             try:  # as root, resolving the whole chain could name what the user cannot see
-                target = os.path.realpath(path) if user is None else os.readlink(path)
+                target = os.readlink(path) if switches_identity(user) else os.path.realpath(path)
             except OSError:
                 target = "?"
             raise TraceFileError(f"{p} is a symbolic link; pass the file itself ({printable(target)})") from None
         raise TraceFileError(f"{p} is not a regular file") from None
     except OSError as e:
         raise TraceFileError(f"cannot read {p}: {e.strerror or e}") from None
-
-
-def invoking_user():
-    """The user behind sudo (None otherwise): whom inputs are opened as."""
-    from .target import invoking_user as who
-
-    return who()
 
 
 # -- what a file is ------------------------------------------------------------
@@ -150,13 +145,16 @@ def refuse_empty_or_raw(head: bytes, path) -> str | None:
     return kind
 
 
-def check_trace_file(path) -> None:
-    """check_loadable on `path`, opened as the invoking user (sudo mode)."""
-    fd = open_trace_file(path, invoking_user())
+def open_loadable(path, user) -> int:
+    """A descriptor on `path`, opened as `user` (open_trace_file) and checked
+    with check_loadable; the caller closes it."""
+    fd = open_trace_file(path, user)
     try:
         check_loadable(fd, path)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def viewable_kind(head: bytes, path) -> str:
@@ -248,14 +246,25 @@ def _size(n: int) -> str:
 # -- protobuf wire format --------------------------------------------------------
 
 class ProtoError(ValueError):
-    """Not the protobuf wire format."""
+    """Not the protobuf wire format.  offset: where the field that is not
+    starts (file_fields; None elsewhere)."""
+
+    def __init__(self, message: str, offset: int | None = None):
+        super().__init__(message)
+        self.offset = offset
 
 
 class ProtoCut(ProtoError):
-    """The data ends inside a field (cut off, or a length past the end)."""
+    """The data ends inside a field (cut off, or a length past the end).
+    length: the whole field's length, when its key and length were whole (file_fields)."""
+
+    def __init__(self, message: str, offset: int | None = None, length: int | None = None):
+        super().__init__(message, offset)
+        self.length = length
 
 
 WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_FIXED32 = 0, 1, 2, 5
+_WALK_CHUNK = 4 << 20  # file_fields: bytes read at a time
 
 
 def varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -274,6 +283,29 @@ def varint(buf, pos: int, end: int) -> tuple[int, int]:
             raise ProtoError("varint longer than 10 bytes")
 
 
+def _field(buf, pos: int, end: int):
+    """(field number, wire type, value, start, stop) of the field at `pos`
+    (see iter_fields); its payload may run past `end`, which the caller
+    checks.  ProtoCut when its key or length is cut off by `end`."""
+    key, pos = varint(buf, pos, end)
+    number, wire = key >> 3, key & 7
+    if not number:
+        raise ProtoError("field number 0")
+    if wire == WIRE_VARINT:
+        start = pos
+        value, pos = varint(buf, pos, end)
+        return number, wire, value, start, pos
+    if wire == WIRE_LEN:
+        n, pos = varint(buf, pos, end)
+    elif wire == WIRE_FIXED64:
+        n = 8
+    elif wire == WIRE_FIXED32:
+        n = 4
+    else:
+        raise ProtoError(f"wire type {wire}")
+    return number, wire, None, pos, pos + n
+
+
 def iter_fields(buf, pos: int = 0, end: int | None = None):
     """(field number, wire type, value, start, stop) of each field of the
     message in buf[pos:end]: value is the integer of a varint (else None),
@@ -281,27 +313,45 @@ def iter_fields(buf, pos: int = 0, end: int | None = None):
     being protobuf (ProtoCut: a field runs past `end`)."""
     end = len(buf) if end is None else end
     while pos < end:
-        key, pos = varint(buf, pos, end)
-        number, wire = key >> 3, key & 7
-        if not number:
-            raise ProtoError("field number 0")
-        if wire == WIRE_VARINT:
-            start = pos
-            value, pos = varint(buf, pos, end)
-            yield number, wire, value, start, pos
-            continue
-        if wire == WIRE_LEN:
-            n, pos = varint(buf, pos, end)
-        elif wire == WIRE_FIXED64:
-            n = 8
-        elif wire == WIRE_FIXED32:
-            n = 4
-        else:
-            raise ProtoError(f"wire type {wire}")
-        if pos + n > end:
+        field = _field(buf, pos, end)
+        if field[4] > end:
             raise ProtoCut("a field runs past the end")
-        yield number, wire, None, pos, pos + n
-        pos += n
+        yield field
+        pos = field[4]
+
+
+def file_fields(fd: int, chunk: int = _WALK_CHUNK):
+    """(field number, wire type, start, stop) of each top-level field of the
+    file on `fd` (a Perfetto trace: its packets, field 1), as file offsets,
+    read `chunk` bytes at a time: memory stays one chunk, and a field longer
+    than that is stepped over unread.  Where the file stops being protobuf,
+    ProtoError with the field's offset; where a field runs past the end of
+    the file, ProtoCut with its offset and (key and length whole) its length."""
+    size = os.fstat(fd).st_size
+    pos = 0
+    while pos < size:
+        buf = os.pread(fd, chunk, pos)
+        n, at = len(buf), 0
+        to_eof = pos + n >= size
+        while at < n:
+            if buf[at] == 0x0A and at + 1 < n and buf[at + 1] < 0x80:  # the usual: a packet under 128 bytes
+                number, wire, start, stop = 1, WIRE_LEN, at + 2, at + 2 + buf[at + 1]
+            else:
+                try:
+                    number, wire, _, start, stop = _field(buf, at, n)
+                except ProtoCut:
+                    if to_eof:
+                        raise ProtoCut("the file ends inside a field's key or length", pos + at) from None
+                    break  # the key or length goes on in the next chunk
+                except ProtoError as e:
+                    raise ProtoError(str(e), pos + at) from None
+            if pos + stop > size:
+                raise ProtoCut("a field runs past the end of the file", pos + at, stop - at)
+            yield number, wire, pos + start, pos + stop
+            at = stop
+        if at == 0 and not to_eof:  # cannot happen with chunk > 20 (a key and a length at most)
+            raise ProtoError("a field's key and length span more than a chunk", pos)
+        pos += at
 
 
 def fields(buf: bytes):

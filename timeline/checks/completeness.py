@@ -20,16 +20,15 @@ Three things say a trace is not:
   disk full): the trace is whole, the recording is not.
 
 Traces from other tools, and older ones without these markers, can only be
-judged by the first test.
-
-(The packet walk here is small and local; a shared trace-file module with a
-packet iterator would be its natural home.)
+judged by the first test (the packets are walked by trace_file.file_fields).
 """
 from __future__ import annotations
 
 import json
 import os
 from typing import Optional
+
+from .. import trace_file
 
 SQL = """
 select
@@ -47,16 +46,16 @@ CUT_RECORDING = ("the recording was cut short: the raw log this trace was conver
                  "was killed, or its disk filled up); what happened after the last data it wrote, drops included, "
                  "is unknown")
 
-_CHUNK = 4 << 20
 _JSON_HEAD = b'{"systemTraceEvents":'  # how timeline's Chrome JSON writer starts
 _JSON_TAIL = 1 << 20  # its metadata object is a few KiB at the very end
 
 
-def completeness_problem(tp, path: Optional[str] = None) -> Optional[str]:
+def completeness_problem(tp, path: Optional[str] = None, *, fd: Optional[int] = None) -> Optional[str]:
     """One sentence when the trace is not whole (or loads less than it says it
-    holds, or was converted from a cut recording), else None. With `path`, the
-    file itself is read too (see file_problem)."""
-    problem = file_problem(path) if path else None
+    holds, or was converted from a cut recording), else None. With `fd` (a
+    descriptor on the trace file) or `path`, the file itself is read too (see
+    file_problem)."""
+    problem = fd_problem(fd) if fd is not None else file_problem(path) if path else None
     if problem:
         return problem
     row = tp.query(SQL).as_dicts()[0]
@@ -75,72 +74,41 @@ def completeness_problem(tp, path: Optional[str] = None) -> Optional[str]:
 def file_problem(path: str) -> Optional[str]:
     """What the file's own structure says is missing, or None (whole, or a
     format this cannot judge). Opened as the invoking user, like any input."""
-    from ..safe_input import open_input
-    from ..target import invoking_user
+    from ..identity import invoking_user
 
     try:
-        fd = open_input(path, invoking_user())
+        fd = invoking_user().open_input(path)
     except OSError:
         return None  # trace_processor read it some other way; nothing to add
     try:
-        head = os.pread(fd, len(_JSON_HEAD), 0)
-        if head[:1] == b"\x0a":  # field 1, length-delimited: a Perfetto protobuf trace
-            return packet_framing_problem(fd)
-        if head == _JSON_HEAD:
-            return _json_tail_problem(fd)
-        return None
+        return fd_problem(fd)
     finally:
         os.close(fd)
+
+
+def fd_problem(fd: int) -> Optional[str]:
+    """file_problem for the trace file open on `fd`."""
+    head = os.pread(fd, len(_JSON_HEAD), 0)
+    if head[:1] == b"\x0a":  # field 1, length-delimited: a Perfetto protobuf trace
+        return packet_framing_problem(fd)
+    if head == _JSON_HEAD:
+        return _json_tail_problem(fd)
+    return None
 
 
 def packet_framing_problem(fd: int) -> Optional[str]:
     """Walk the top-level protobuf framing of the file on `fd` to its end
     without decoding any packet; a sentence when it does not end on a packet
-    boundary. Memory: one chunk; a packet larger than it is stepped over."""
+    boundary."""
     size = os.fstat(fd).st_size
-    buf, base = b"", 0  # buf holds the file's bytes from offset base
-    pos = 0
-    while pos < size:
-        at = pos - base
-        if at < 0 or at + 20 > len(buf):  # a key and a length are at most 20 bytes
-            base, buf = pos, os.pread(fd, _CHUNK, pos)
-            at = 0
-        key = buf[at]
-        if key == 0x0A and at + 1 < len(buf) and buf[at + 1] < 0x80:  # the usual: a packet under 128 bytes
-            pos += 2 + buf[at + 1]
-            if pos > size:
-                return _cut(size, pos - 2 - buf[at + 1], 2 + buf[at + 1])
-            continue
-        key, at = _varint(buf, at)
-        if key is None:
-            return _cut(size, pos, None) if base + at >= size else _damaged(size, pos)
-        field, wire = key >> 3, key & 7
-        if field == 0 or wire in (3, 4, 6, 7):
-            return _damaged(size, pos)
-        if wire in (0, 2):
-            n, at = _varint(buf, at)
-            if n is None:
-                return _cut(size, pos, None) if base + at >= size else _damaged(size, pos)
-            end = base + at + (n if wire == 2 else 0)
-        else:
-            end = base + at + (8 if wire == 1 else 4)
-        if end > size:
-            return _cut(size, pos, end - pos)
-        pos = end
+    try:
+        for _ in trace_file.file_fields(fd):
+            pass
+    except trace_file.ProtoCut as e:
+        return _cut(size, e.offset, e.length)
+    except trace_file.ProtoError as e:
+        return _damaged(size, e.offset)
     return None
-
-
-def _varint(buf: bytes, at: int):
-    """(value, next offset), or (None, at) when buf ends inside it."""
-    n = shift = 0
-    while at < len(buf) and shift < 70:
-        b = buf[at]
-        at += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, at
-        shift += 7
-    return None, at
 
 
 def _damaged(size: int, pos: int) -> str:

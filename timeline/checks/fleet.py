@@ -36,38 +36,49 @@ def _worker_init(parent_pid: int) -> None:
     die_with_parent(parent_pid)
 
 
-def _one(args) -> dict:
+def _one(job) -> dict:
     """Worker: checks on one trace -> its JSON report, or {"trace", "error"}."""
-    path, engine, tp_bin, ids, params = args
-    from ..trace_processor import TraceProcessorError, open_trace
-    from .report import to_json
-    from .runner import run_checks
-
-    from ..trace_file import check_trace_file
+    path, tp_config, user, ids, params = job
     from ..errors import UserError
+    from ..trace_file import open_loadable
 
-    try:
-        check_trace_file(path)  # empty, a raw log, a cut gzip: said as for one trace
+    try:  # opened once, as the invoking user; empty, a raw log, a cut gzip: said as for one trace
+        fd = open_loadable(path, user)
     except UserError as e:
         return {"trace": path, "error": str(e)}
     try:
-        tp = open_trace(path, engine=engine, bin_path=tp_bin)
+        return _check_loaded(path, fd, tp_config, ids, params)
+    finally:
+        os.close(fd)
+
+
+def _check_loaded(path: str, fd: int, tp_config, ids, params) -> dict:
+    """The checks on the trace open on `fd`, loaded by tp_config's engine."""
+    from ..trace_processor import TraceProcessorError
+    from .report import to_json
+    from .runner import run_checks
+
+    try:
+        tp = tp_config.load(path, fd=fd)
     except Exception as e:  # noqa: BLE001 - one bad trace must not stop the fleet
         return {"trace": path, "error": f"cannot load: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
     try:
         return to_json(run_checks(tp, path, only=ids, params=params))
     except TraceProcessorError as e:
-        from .completeness import file_problem
+        from .completeness import fd_problem
 
-        cut = file_problem(path)
+        cut = fd_problem(fd)
         return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}" + (f"; {cut}" if cut else "")}
     finally:
         tp.close()
 
 
-def run_fleet(paths: list[str], engine: str, tp_bin, ids, params, workers: int | None = None) -> list[dict]:
+def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | None = None) -> list[dict]:
+    """Every trace's report (or error), checked in a pool of forked workers.
+    tp_config: trace_processor.TraceProcessorConfig; user: identity.InvokingUser,
+    whom the traces are opened as."""
     workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
-    jobs = [(p, engine, tp_bin, ids, params) for p in paths]
+    jobs = [(p, tp_config, user, ids, params) for p in paths]
     if workers == 1:
         return [_one(j) for j in jobs]
     # fork: the workers are our children (PR_SET_PDEATHSIG is about the parent),

@@ -8,6 +8,8 @@ import sys
 import click
 
 from ..errors import UserError
+from ..identity import InvokingUser
+from ..trace_processor import TraceProcessorConfig
 from .query import _one_line, engine_options, open_trace_or_fail
 
 FAIL_LEVELS = ("info", "warning", "error")
@@ -36,49 +38,55 @@ def _many(trace: str) -> list[str] | None:
     return None
 
 
-def _check_many(paths, fmt, fail_on, ids, overrides, engine, tp_bin):
+def _check_many(paths, fmt, fail_on, ids, overrides, tp_config: TraceProcessorConfig, user: InvokingUser):
     import time
 
-    from ..checks.fleet import fleet_summary, headline, run_fleet
+    from ..checks.fleet import fleet_summary, run_fleet
 
     t0 = time.monotonic()
-    reports = run_fleet(paths, engine, tp_bin, ids, overrides)
+    reports = run_fleet(paths, tp_config, user, ids, overrides)
     seconds = time.monotonic() - t0
     fleet = fleet_summary(reports)
     if fmt == "json":
         sys.stdout.write(json.dumps({"fleet": {**fleet, "seconds": round(seconds, 2)}, "reports": reports},
                                     indent=1) + "\n")
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        from ..terminal import printable
-
-        table = Table(title=f"{len(paths)} traces, {seconds:.1f} s", show_lines=False)
-        for col in ("trace", "worst", "errors", "warnings", "worst finding"):
-            table.add_column(col, overflow="fold")
-        for rep in reports:
-            if "checks" not in rep:
-                table.add_row(printable(rep["trace"]), "unreadable", "", "", printable(rep["error"]))
-                continue
-            summ = rep["summary"]
-            table.add_row(printable(rep["trace"]), rep["worst"] or "ok", str(summ.get("error", 0)),
-                          str(summ.get("warning", 0)), printable(headline(rep)))
-        con = Console(highlight=False)
-        con.print(table)
-        for rep in reports:
-            if rep.get("complete") is False:
-                con.print(f"warning: {printable(rep['trace'])}: {printable(rep['incomplete'])}", style="bold yellow")
-        if fleet["by_check"]:
-            con.print("fleet: " + "; ".join(f"{cid} error in {v['error']}, warning in {v['warning']}"
-                                            for cid, v in fleet["by_check"].items()))
-        else:
-            con.print("fleet: no warnings or errors")
+        _print_fleet(paths, reports, fleet, seconds)
     if fleet["unreadable"]:
         raise UserError(f"{fleet['unreadable']} of {len(paths)} traces could not be checked (see the table)")
     worst = [r.get("worst") for r in reports if r.get("worst")]
     if fail_on and any(FAIL_LEVELS.index(w) >= FAIL_LEVELS.index(fail_on) for w in worst if w in FAIL_LEVELS):
         sys.exit(EXIT_FINDINGS)
+
+
+def _print_fleet(paths, reports, fleet, seconds) -> None:
+    """The per-trace table, the incomplete traces and the fleet line, on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..checks.fleet import headline
+    from ..terminal import printable
+
+    table = Table(title=f"{len(paths)} traces, {seconds:.1f} s", show_lines=False)
+    for col in ("trace", "worst", "errors", "warnings", "worst finding"):
+        table.add_column(col, overflow="fold")
+    for rep in reports:
+        if "checks" not in rep:
+            table.add_row(printable(rep["trace"]), "unreadable", "", "", printable(rep["error"]))
+            continue
+        summ = rep["summary"]
+        table.add_row(printable(rep["trace"]), rep["worst"] or "ok", str(summ.get("error", 0)),
+                      str(summ.get("warning", 0)), printable(headline(rep)))
+    con = Console(highlight=False)
+    con.print(table)
+    for rep in reports:
+        if rep.get("complete") is False:
+            con.print(f"warning: {printable(rep['trace'])}: {printable(rep['incomplete'])}", style="bold yellow")
+    if fleet["by_check"]:
+        con.print("fleet: " + "; ".join(f"{cid} error in {v['error']}, warning in {v['warning']}"
+                                        for cid, v in fleet["by_check"].items()))
+    else:
+        con.print("fleet: no warnings or errors")
 
 
 @click.command("check")
@@ -94,7 +102,7 @@ def _check_many(paths, fmt, fail_on, ids, overrides, engine, tp_bin):
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence numbers for passing checks too.")
 @click.option("--list", "list_only", is_flag=True, help="List the checks and their thresholds, then exit.")
 @engine_options
-def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin):
+def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config):
     """Run the built-in checks on TRACE (input stalls, CPU contention, CUDA
     launch/sync/allocator/graph problems, block I/O, driver ioctls, drops).
     TRACE may be a directory or a glob: every trace is checked, in parallel,
@@ -107,20 +115,47 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, e
     from .interrupt import interruptible
 
     with interruptible():  # Ctrl-C anywhere in it: one line, exit 130
-        _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin)
+        _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config)
 
 
-def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, engine, tp_bin):
-    from ..checks import CheckConfigError, parse_params, run_checks, select_checks
-    from ..checks.catalog import CATALOG
-    from ..checks.report import render_text, to_json
-    from ..trace_processor import TraceProcessorError
+def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config):
+    from ..identity import invoking_user
 
     if list_only:
         _list_catalog()
         return
     if trace is None:
         raise UserError("missing TRACE (or use --list)")
+    ids, overrides = _selection(only, params)
+    user = invoking_user()  # in sudo mode traces are read, and --annotate written, as this user
+    many = _many(trace)
+    if many is not None:
+        if annotate_out:
+            raise UserError("--annotate takes one trace, not a directory or glob")
+        if not many:
+            raise UserError(f"no trace matches {trace}")
+        return _check_many(many, fmt, fail_on, ids, overrides, tp_config, user)
+    if annotate_out:
+        user.check_writable(annotate_out)
+        if os.path.abspath(annotate_out) == os.path.abspath(trace):
+            raise UserError("--annotate must name a new file, not the trace itself")
+    report = _run_checks(trace, tp_config, user, ids, overrides)
+    _print_report(report, fmt, verbose)
+    if annotate_out:
+        _annotate(trace, annotate_out, report, user)
+    failed = [r.check.id for r in report.results if r.status == "failed"]
+    if failed:
+        raise UserError(f"check(s) could not run: {', '.join(failed)}")
+    worst = report.worst()
+    if fail_on and worst and FAIL_LEVELS.index(worst) >= FAIL_LEVELS.index(fail_on):
+        sys.exit(EXIT_FINDINGS)
+
+
+def _selection(only, params):
+    """(check ids or None for all, threshold overrides) from --only and --param."""
+    from ..checks import CheckConfigError, parse_params, select_checks
+    from ..checks.catalog import CATALOG
+
     try:
         overrides = parse_params(params)
         ids = [c.strip() for c in only.split(",") if c.strip()] if only is not None else None
@@ -129,23 +164,17 @@ def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, 
         select_checks(ids)
     except CheckConfigError as e:
         raise UserError(str(e)) from None
-    many = _many(trace)
-    if many is not None:
-        if annotate_out:
-            raise UserError("--annotate takes one trace, not a directory or glob")
-        if not many:
-            raise UserError(f"no trace matches {trace}")
-        return _check_many(many, fmt, fail_on, ids, overrides, engine, tp_bin)
-    if annotate_out:
-        from ..target import invoking_user
-        from .output import check_writable
+    return ids, overrides
 
-        check_writable(annotate_out, invoking_user())
-        if os.path.abspath(annotate_out) == os.path.abspath(trace):
-            raise UserError("--annotate must name a new file, not the trace itself")
-    tp = open_trace_or_fail(trace, engine, tp_bin)
+
+def _run_checks(trace: str, tp_config: TraceProcessorConfig, user: InvokingUser, ids, overrides):
+    """The report on one trace; a trace_processor failure is one line (with the cut, if the file is cut)."""
+    from ..checks import run_checks
+    from ..trace_processor import TraceProcessorError
+
+    tp = open_trace_or_fail(trace, tp_config, user)
     try:
-        report = run_checks(tp, trace, only=ids, params=overrides)
+        return run_checks(tp, trace, only=ids, params=overrides)
     except TraceProcessorError as e:
         from ..checks.completeness import file_problem
 
@@ -155,24 +184,25 @@ def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, 
     finally:
         tp.close()
 
+
+def _print_report(report, fmt: str, verbose: bool) -> None:
+    from ..checks.report import render_text, to_json
+
     if fmt == "json":
         sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")
     else:
         from rich.console import Console
 
         render_text(report, Console(highlight=False), verbose=verbose)
-    if annotate_out:
-        from ..checks.annotate import write_annotated
 
-        try:
-            n = write_annotated(trace, annotate_out, report, user=invoking_user())
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot write {annotate_out}: {e}") from None
-        click.echo(f"wrote {annotate_out} ({n} finding{'s' if n != 1 else ''} on the 'timeline findings' track)",
-                   err=True)
-    failed = [r.check.id for r in report.results if r.status == "failed"]
-    if failed:
-        raise UserError(f"check(s) could not run: {', '.join(failed)}")
-    worst = report.worst()
-    if fail_on and worst and FAIL_LEVELS.index(worst) >= FAIL_LEVELS.index(fail_on):
-        sys.exit(EXIT_FINDINGS)
+
+def _annotate(trace: str, annotate_out: str, report, user: InvokingUser) -> None:
+    """--annotate: a copy of the trace with the findings on their own track, written as `user`."""
+    from ..checks.annotate import write_annotated
+
+    try:
+        n = write_annotated(trace, annotate_out, report, user=user)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot write {annotate_out}: {e}") from None
+    click.echo(f"wrote {annotate_out} ({n} finding{'s' if n != 1 else ''} on the 'timeline findings' track)",
+               err=True)

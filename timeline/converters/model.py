@@ -230,72 +230,101 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
         total = total or size
         m = LogModel(path=path, size=size, header=rd.header)
         m.families = families_loader(m) if families_loader else []
-        ring_fams = {r: f for f in m.families for r in f.rings}
-        meta_fams: dict[str, list] = {}
-        for f in m.families:
-            for mt in f.metas:
-                meta_fams.setdefault(mt, []).append(f)
-        procs_parts: list[np.ndarray] = []
-        tid_parts: list[np.ndarray] = []
-        snapshots: list[dict] = []
-        rank_metas: list[dict] = []
+        first = _FirstPass(m)
         for blk in rd.blocks():
-            if blk.kind == KIND_RING:
-                recs = _decode(blk, RING_DTYPES)
-                if recs is None or recs.size == 0:
-                    continue
-                names = recs.dtype.names
-                # each ring's own timestamp field (a ring a plugin writes may
-                # time its records otherwise, and run on no CPU of ours)
-                _note_ts(m, recs[RINGS[blk.ring].ts_field])
-                if "cpu" in names:
-                    m.cpus.update(np.unique(recs["cpu"]).tolist())
-                if blk.ring in ring_fams:
-                    ring_fams[blk.ring].scan_ring(blk.ring, recs)
-                elif blk.ring == proc_records.RING_PROC:
-                    procs_parts.append(recs)
-                elif blk.ring == sched_records.RING_SCHED:
-                    sw = recs["kind"] == sched_records.SCHED_SWITCH
-                    m.n_switch += int(sw.sum())
-                    m.n_waking += int((recs["kind"] == sched_records.SCHED_WAKING).sum())
-                    f = recs["flags"]
-                    prev = recs["tid"][sw & ((f & sched_records.SF_PREV_TRACKED) != 0)]
-                    nxt = recs["target_tid"][sw & ((f & sched_records.SF_NEXT_TRACKED) != 0)]
-                    tid_parts.append(np.unique(np.concatenate([prev, nxt])))
-                    fin = sw & ((f & sched_records.SF_PREV_TRACKED) != 0) & ((recs["arg"] & EXIT_STATES) != 0)
-                    for tid, ts in zip(recs["tid"][fin].tolist(), recs["ts"][fin].tolist()):
-                        m.final_switch[tid] = max(ts, m.final_switch.get(tid, 0))
-            elif blk.kind == KIND_META:
-                meta = blk.json()
-                if meta.get("type") == "procs":
-                    snapshots.append(meta)
-                elif meta.get("type") == "ranks":
-                    rank_metas.append(meta)
-                for f in meta_fams.get(meta.get("type"), ()):
-                    f.scan_meta(meta)
-            elif blk.kind == KIND_END:
-                m.end = blk.json()
+            first.block(blk)
             if progress:
                 progress(blk.offset + len(blk.payload), total)
         m.damage = rd.damage
         m.finalized = rd.finalized
-    procs = np.concatenate(procs_parts) if procs_parts else np.zeros(0, proc_records.PROC_EVENT)
-    procs = procs[np.argsort(procs["ts"], kind="stable")]
-    m.n_proc = int(procs.size)
-    _build_tree(m, snapshots, procs)
-    _apply_ranks(m, rank_metas)
-    for tid, ts in m.final_switch.items():
-        th = m.threads.get(tid)
-        if th is not None and th.end_ts is not None and ts > th.end_ts:
-            th.end_ts = ts
-    tids = set(m.threads)
-    if tid_parts:
-        tids.update(np.unique(np.concatenate(tid_parts)).tolist())
-    for tid in tids:
-        if tid not in m.threads:
-            m.threads[tid] = Thread(tid)  # seen running, never named: tgid unknown
-    m.tracked_tids = np.array(sorted(tids), dtype=np.int64)
+    first.finish()
     return m
+
+
+class _FirstPass:
+    """What scan collects from the blocks, then builds the model's processes and threads from."""
+
+    def __init__(self, m: LogModel):
+        self.m = m
+        self.ring_fams = {r: f for f in m.families for r in f.rings}
+        self.meta_fams: dict[str, list] = {}
+        for f in m.families:
+            for mt in f.metas:
+                self.meta_fams.setdefault(mt, []).append(f)
+        self.procs_parts: list[np.ndarray] = []
+        self.tid_parts: list[np.ndarray] = []
+        self.snapshots: list[dict] = []
+        self.rank_metas: list[dict] = []
+
+    def block(self, blk) -> None:
+        if blk.kind == KIND_RING:
+            self._ring(blk)
+        elif blk.kind == KIND_META:
+            self._meta(blk.json())
+        elif blk.kind == KIND_END:
+            self.m.end = blk.json()
+
+    def _ring(self, blk) -> None:
+        m = self.m
+        recs = _decode(blk, RING_DTYPES)
+        if recs is None or recs.size == 0:
+            return
+        names = recs.dtype.names
+        # Rings a plugin writes (gpu: CUPTI records) time their records
+        # by `start` and run on no CPU of ours.
+        # each ring's own timestamp field (a ring a plugin writes may
+        # time its records otherwise, and run on no CPU of ours)
+        _note_ts(m, recs[RINGS[blk.ring].ts_field])
+        if "cpu" in names:
+            m.cpus.update(np.unique(recs["cpu"]).tolist())
+        if blk.ring in self.ring_fams:
+            self.ring_fams[blk.ring].scan_ring(blk.ring, recs)
+        elif blk.ring == proc_records.RING_PROC:
+            self.procs_parts.append(recs)
+        elif blk.ring == sched_records.RING_SCHED:
+            self._sched(recs)
+
+    def _sched(self, recs: np.ndarray) -> None:
+        """Switch and waking counts, the tracked tids seen running, and each exiting thread's last switch."""
+        m = self.m
+        sw = recs["kind"] == sched_records.SCHED_SWITCH
+        m.n_switch += int(sw.sum())
+        m.n_waking += int((recs["kind"] == sched_records.SCHED_WAKING).sum())
+        f = recs["flags"]
+        prev = recs["tid"][sw & ((f & sched_records.SF_PREV_TRACKED) != 0)]
+        nxt = recs["target_tid"][sw & ((f & sched_records.SF_NEXT_TRACKED) != 0)]
+        self.tid_parts.append(np.unique(np.concatenate([prev, nxt])))
+        fin = sw & ((f & sched_records.SF_PREV_TRACKED) != 0) & ((recs["arg"] & EXIT_STATES) != 0)
+        for tid, ts in zip(recs["tid"][fin].tolist(), recs["ts"][fin].tolist()):
+            m.final_switch[tid] = max(ts, m.final_switch.get(tid, 0))
+
+    def _meta(self, meta: dict) -> None:
+        if meta.get("type") == "procs":
+            self.snapshots.append(meta)
+        elif meta.get("type") == "ranks":
+            self.rank_metas.append(meta)
+        for f in self.meta_fams.get(meta.get("type"), ()):
+            f.scan_meta(meta)
+
+    def finish(self) -> None:
+        """The process tree, ranks, threads' ends and the tracked tids, from what the blocks held."""
+        m = self.m
+        procs = np.concatenate(self.procs_parts) if self.procs_parts else np.zeros(0, proc_records.PROC_EVENT)
+        procs = procs[np.argsort(procs["ts"], kind="stable")]
+        m.n_proc = int(procs.size)
+        _build_tree(m, self.snapshots, procs)
+        _apply_ranks(m, self.rank_metas)
+        for tid, ts in m.final_switch.items():
+            th = m.threads.get(tid)
+            if th is not None and th.end_ts is not None and ts > th.end_ts:
+                th.end_ts = ts
+        tids = set(m.threads)
+        if self.tid_parts:
+            tids.update(np.unique(np.concatenate(self.tid_parts)).tolist())
+        for tid in tids:
+            if tid not in m.threads:
+                m.threads[tid] = Thread(tid)  # seen running, never named: tgid unknown
+        m.tracked_tids = np.array(sorted(tids), dtype=np.int64)
 
 
 def _apply_ranks(m: LogModel, metas: list[dict]) -> None:

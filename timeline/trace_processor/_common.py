@@ -118,13 +118,14 @@ class BaseTraceProcessor:
         closed here; `path` then only names it in messages), else `path` is
         opened as the invoking user in sudo mode, never through a symlink,
         regular files only (safe_input.open_input)."""
-        from .. import safe_input, trace_file
+        from .. import safe_input
+        from ..identity import invoking_user
 
         path = os.fspath(path)
         own = fd is None
         if own:
             try:
-                fd = safe_input.open_input(path, trace_file.invoking_user())
+                fd = safe_input.open_input(path, invoking_user())
             except OSError as e:
                 raise TraceLoadError(f"cannot open trace {path!r}: {e.strerror or e}") from None
         try:

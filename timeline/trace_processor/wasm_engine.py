@@ -15,13 +15,11 @@ length, payload). Requests are processed synchronously, so every reply to a
 request has arrived by the time ``on_rpc_request`` returns.
 
 The ~40 imports are Emscripten's JS runtime (clocks, stdio, a virtual file
-system). trace_processor only needs clocks, stderr and heap growth in RPC
-mode; everything else is a stub that fails like a missing file system would.
+system): timeline.trace_processor.emscripten_host.
 """
 
 from __future__ import annotations
 
-import calendar
 import collections
 import glob
 import hashlib
@@ -30,23 +28,18 @@ import os
 import platform
 import secrets
 import stat
-import struct
-import sys
 import threading
 import time
 import weakref
-from typing import Callable, Optional
+from typing import Optional
 
 import wasmtime
 
 from ._common import BaseTraceProcessor, TraceLoadError, TraceProcessorError, protos
+from .emscripten_host import host_imports
 
 REQ_BUF_SIZE = 32 * 1024 * 1024  # same request buffer size the Perfetto UI uses
 MEMORY64_MIN_TRACE = 1 << 30  # traces from this size up use the memory64 build
-
-# WASI / musl errno values as the Emscripten runtime returns them.
-_EBADF, _ENOENT, _ENOSYS, _ENOTTY, _ESPIPE = 8, 44, 52, 59, 70
-
 
 # --------------------------------------------------------------------------
 # Locating and compiling the module (compiled once per process, cached on disk)
@@ -205,10 +198,6 @@ class _running:
 # One trace_processor instance
 # --------------------------------------------------------------------------
 
-class _WasmAbort(Exception):
-    """Raised from host functions when the wasm code aborts/exits."""
-
-
 class WasmTraceProcessor(BaseTraceProcessor):
     engine_name = "wasm"
 
@@ -233,7 +222,7 @@ class WasmTraceProcessor(BaseTraceProcessor):
         # the store dies, so they must only hold weak references to `self`
         # (else an unclosed instance and its wasm memory would never be freed).
         me = weakref.proxy(self)
-        impls = self._imports(me)
+        impls = host_imports(me)
         externs = []
         for imp in module.imports:
             fn = impls.get(imp.name)
@@ -379,163 +368,6 @@ class WasmTraceProcessor(BaseTraceProcessor):
         # Dropping the store frees the instance and its (up to 4 GiB) memory.
         self._store = self._mem = self._on_request = None
         self._dead = "closed"
-
-    # -- Emscripten runtime imports ------------------------------------------
-    @staticmethod
-    def _imports(self: "WasmTraceProcessor") -> dict[str, Callable]:
-        # `self` is a weakref.proxy here (see __init__).
-        def rd(ptr: int, n: int) -> bytes:
-            ptr = self._u(ptr)
-            return bytes(self._mem.read(self._store, ptr, ptr + n))
-
-        def wr(ptr: int, data: bytes) -> None:
-            self._mem.write(self._store, data, self._u(ptr))
-
-        def cstr(ptr: int, limit: int = 4096) -> str:
-            raw = rd(ptr, limit) if ptr else b""
-            return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
-
-        def ptr_fmt() -> str:
-            return "Q" if self._psize == 8 else "I"
-
-        def write_out(data: bytes) -> None:
-            data = self._stderr_partial + data
-            *lines, self._stderr_partial = data.split(b"\n")
-            for ln in lines:
-                s = ln.decode("utf-8", "replace")
-                self.stderr.append(s)
-                if self._echo_stderr:
-                    print(f"[trace_processor.wasm] {s}", file=sys.stderr)
-
-        def fd_write(fd, iov, iovcnt, pnum):
-            ps, fmt = self._psize, ptr_fmt()
-            total = 0
-            for i in range(iovcnt):
-                base, ln = struct.unpack("<" + fmt * 2, rd(iov + i * 2 * ps, 2 * ps))
-                if ln:
-                    write_out(rd(base, ln))  # stdout and stderr are both just logs
-                total += ln
-            wr(pnum, struct.pack("<" + fmt, total))
-            return 0
-
-        def fd_read(fd, iov, iovcnt, pnum):
-            wr(pnum, struct.pack("<" + ptr_fmt(), 0))  # EOF on everything
-            return 0
-
-        def fd_fdstat_get(fd, out):
-            if fd > 2:
-                return _EBADF
-            wr(out, bytes([2]) + bytes(23))  # filetype = character device
-            return 0
-
-        def clock_time_get(clock_id, precision, out):
-            ns = time.time_ns() if clock_id == 0 else time.monotonic_ns()
-            wr(out, struct.pack("<Q", ns))
-            return 0
-
-        def environ_sizes_get(pcount, psize):
-            wr(pcount, struct.pack("<" + ptr_fmt(), 0))
-            wr(psize, struct.pack("<" + ptr_fmt(), 0))
-            return 0
-
-        def resize_heap(requested):
-            mem, store = self._mem, self._store
-            cur = mem.data_len(store)
-            requested = self._u(requested)
-            limit = self._heap_max()
-            if requested > limit:
-                return 0
-            # Grow with headroom (like Emscripten) to avoid one grow per malloc.
-            target = min(limit, max(requested, cur + cur // 5))
-            pages = (target - cur + 65535) // 65536
-            try:
-                mem.grow(store, pages)
-                return 1
-            except wasmtime.WasmtimeError:
-                try:  # headroom may not fit; retry with the bare minimum
-                    mem.grow(store, (requested - cur + 65535) // 65536)
-                    return 1
-                except wasmtime.WasmtimeError:
-                    return 0
-
-        def tzset(timezone, daylight, std_name, dst_name):
-            wr(timezone, struct.pack("<i", 0))
-            wr(daylight, struct.pack("<i", 0))
-            wr(std_name, b"UTC\0")
-            wr(dst_name, b"UTC\0")
-
-        def gmtime(t, tm):
-            # Always UTC: trace timestamps never depend on the host time zone.
-            g = time.gmtime(t)
-            wr(tm, struct.pack("<9i", g.tm_sec, g.tm_min, g.tm_hour, g.tm_mday, g.tm_mon - 1,
-                               g.tm_year - 1900, (g.tm_wday + 1) % 7, g.tm_yday - 1, 0))
-
-        def timegm(tm):
-            sec, mn, hour, mday, mon, year = struct.unpack("<6i", rd(tm, 24))
-            return calendar.timegm((year + 1900, mon + 1, mday, hour, mn, sec, 0, 0, 0))
-
-        def abort(*_):
-            raise _WasmAbort("abort() called")
-
-        def assert_fail(cond, filename, line, func):
-            raise _WasmAbort(f"assertion failed: {cstr(cond)} at {cstr(filename)}:{line} ({cstr(func)})")
-
-        def err(ptr):
-            write_out(cstr(ptr).encode() + b"\n")
-
-        def getcwd(buf, size):
-            if size < 2:
-                return -68  # ERANGE
-            wr(buf, b"/\0")
-            return 2
-
-        def ret(v):
-            return lambda *_: v
-
-        t_start = time.perf_counter()
-        return {
-            "emscripten_get_now": lambda: (time.perf_counter() - t_start) * 1e3,
-            "emscripten_date_now": lambda: time.time() * 1e3,
-            "clock_time_get": clock_time_get,
-            "emscripten_get_heap_max": lambda: self._heap_max_signed(),
-            "emscripten_resize_heap": resize_heap,
-            "fd_write": fd_write,
-            "fd_read": fd_read,
-            "fd_fdstat_get": fd_fdstat_get,
-            "fd_close": ret(0),
-            "fd_sync": ret(0),
-            "fd_seek": ret(_ESPIPE),
-            "environ_sizes_get": environ_sizes_get,
-            "environ_get": ret(0),
-            "emscripten_err": err,
-            "_tzset_js": tzset,
-            "_localtime_js": gmtime,
-            "_gmtime_js": gmtime,
-            "_timegm_js": timegm,
-            "_abort_js": abort,
-            "__assert_fail": assert_fail,
-            # No file system: trace data only ever arrives over the RPC.
-            "__syscall_openat": ret(-_ENOENT),
-            "__syscall_faccessat": ret(-_ENOENT),
-            "__syscall_stat64": ret(-_ENOENT),
-            "__syscall_lstat64": ret(-_ENOENT),
-            "__syscall_newfstatat": ret(-_ENOENT),
-            "__syscall_readlinkat": ret(-_ENOENT),
-            "__syscall_ioctl": ret(-_ENOTTY),
-            "__syscall_getcwd": getcwd,
-            "__syscall_fcntl64": ret(-_ENOSYS),
-            "__syscall_fstat64": ret(-_ENOSYS),
-            "__syscall_fchmod": ret(-_ENOSYS),
-            "__syscall_chmod": ret(-_ENOSYS),
-            "__syscall_fchown32": ret(-_ENOSYS),
-            "__syscall_ftruncate64": ret(-_ENOSYS),
-            "__syscall_mkdirat": ret(-_ENOSYS),
-            "__syscall_rmdir": ret(-_ENOSYS),
-            "__syscall_unlinkat": ret(-_ENOSYS),
-            "__syscall_utimensat": ret(-_ENOSYS),
-            "_mmap_js": ret(-_ENOSYS),  # only used for file-backed mmap
-            "_munmap_js": ret(-_ENOSYS),
-        }
 
     def _heap_max(self) -> int:
         # Same limits the Emscripten JS glue reports: 4 GiB - 64 KiB / 16 GiB.
