@@ -12,9 +12,10 @@ from .events import MAX_RINGS
 from .family import Family, Ring, option_fields
 from .gpu.family import GPU
 from .kctx.family import BLOCK, COUNTERS, IOCTL
+from .pystack.family import PYSTACK
 
 # Order: how `-e`'s default and help list them.
-FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU)
+FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU, PYSTACK)
 
 FAMILIES: dict[str, Family] = {f.name: f for f in FAMILY_LIST}
 # Families on unless `-e` says otherwise: default_on, and the kernel can run them.
