@@ -370,7 +370,8 @@ class PyStackPlugin(RecorderPlugin):
     def _summary(self, ctx: RecorderContext, stats: dict) -> None:
         versions = sorted({f"{f['version']} ({os.path.basename(f['path'])})" for f in self.found.values()})
         if self.found:
-            ctx.summary.append(f"pystack: {len(self.found)} Python processes, CPython {', '.join(versions)}: "
+            n = len(self.found)
+            ctx.summary.append(f"pystack: {n} Python process{'es' if n > 1 else ''}, CPython {', '.join(versions)}: "
                                f"{self.n_stacks:,} distinct stacks from {stats['walks']:,} walks"
                                + (f", {self.n_unresolved:,} frames unresolved" if self.n_unresolved else ""))
         for why, pids in sorted(self.unsupported.items()):
