@@ -7,6 +7,8 @@ blocks in known functions and prints one JSON line with what the test needs.
     python pystack_workers.py deep         recursion 200 deep, then blocks
     python pystack_workers.py exec N SAME  N exec'd code objects, each blocks once, then freed; SAME=1:
                                            all named gen() (only the file name differs)
+    python pystack_workers.py spin S       the main thread spins S s of CPU in spin_outer() -> spin_middle()
+                                           -> spin_inner(), a second thread in side_spin()
 """
 import json
 import multiprocessing as mp
@@ -52,6 +54,30 @@ def recurse(n):
     block(0.2)
 
 
+def spin_inner(cpu_s):
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:  # SPIN
+        pass
+    return time.thread_time()
+
+
+def spin_middle(cpu_s):
+    return spin_inner(cpu_s)
+
+
+def spin_outer(cpu_s):
+    return spin_middle(cpu_s)
+
+
+def side_spin(cpu_s, out):
+    out["side_tid"] = threading.get_native_id()
+    t0 = time.thread_time()
+    end = t0 + cpu_s
+    while time.thread_time() < end:  # SIDE
+        pass
+    out["side_cpu_s"] = time.thread_time() - t0
+
+
 def main():
     mode = sys.argv[1]
     time.sleep(0.2)  # a real job imports for a while: the recorder finds the interpreter
@@ -82,6 +108,13 @@ def main():
             exec(compile(f"def {name}():\n    block(0.002)\n", f"generated_{i}.py", "exec"), ns)
             ns[name]()
             del ns  # the code object is freed here: the next one may take its address
+    elif mode == "spin":
+        cpu_s = float(sys.argv[2])
+        side = threading.Thread(target=side_spin, args=(cpu_s, out))
+        side.start()
+        t0 = time.thread_time()
+        out["main_cpu_s"] = spin_outer(cpu_s) - t0
+        side.join()
     time.sleep(0.3)  # the recorder reads new code objects while the process lives
     print(json.dumps(out), flush=True)
 

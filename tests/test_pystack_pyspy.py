@@ -34,7 +34,8 @@ def test_recorded_stack_matches_pyspy(tmp_path, name):
     if not spy:
         pytest.skip("py-spy is not installed (pip install py-spy, or the test extra)")
     trace = str(tmp_path / "park.pftrace")
-    rec = subprocess.Popen([sys.executable, "-m", "timeline.cli", "record", "-e", "pystack", "-o", trace, "--",
+    rec = subprocess.Popen([sys.executable, "-m", "timeline.cli", "record", "-e", "pystack", "--py-sample-hz", "0",
+                            "-o", trace, "--",
                             PYTHONS[name], TARGET, "park"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:

@@ -37,7 +37,10 @@ def run(request, tmp_path_factory):
     script = f"{py} {tgt} cuda {shlex.quote(real_cudart())} {SYNCS}; {py} {tgt} pipe {WAIT_MS}"
     # PYSTACK_TARGET_DELAY: a real job imports for a while before its first
     # synchronization; the recorder finds the interpreter in milliseconds.
-    cp = timeline_cmd("record", "--raw-only", "-e", "cuda,pystack", "-o", raw, "--cuda-lib", real_cudart(),
+    # --py-sample-hz 0: no CPU samples, so the sample tracks carry the stacks
+    # taken at calls and waits (tests/test_pystack_sampling.py has the samples)
+    cp = timeline_cmd("record", "--raw-only", "-e", "cuda,pystack", "--py-sample-hz", "0", "-o", raw,
+                      "--cuda-lib", real_cudart(),
                       "--", "/bin/sh", "-c", script, env={**os.environ, "PYSTACK_TARGET_DELAY": "0.2"})
     assert cp.returncode == 0, cp.stderr
     cuda, pipe = (json.loads(line) for line in cp.stdout.strip().splitlines())
@@ -99,7 +102,7 @@ def test_wait_slice_carries_the_stack_it_blocked_in(run):
 
 
 def test_stack_samples_resolve_to_the_chain(run):
-    """Every stack taken is a PerfSample with interned frames; walk one back to its root."""
+    """Without CPU sampling, every stack taken is a PerfSample with interned frames; walk them to the root."""
     tp, info = run["tp"], run["cuda"]
     base = os.path.basename(info["file"])
     want = [f"{fn} ({base}:{line})" for fn, _, line in chain(info, "INNER_CUDA")]

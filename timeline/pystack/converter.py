@@ -7,8 +7,10 @@ time) and waits.  Pass 2 writes:
   stack as arg `py`: "train.py:57 step <- train.py:90 main", innermost first;
 - the same arg on the CUDA call slices the cuda family writes, joined by
   thread, function and entry time (slice_args, converters/slice_args.py);
-- every stack taken as a stack sample (TrackSink.stack_samples: Perfetto
-  PerfSample packets with interned frames and callstacks).
+- the CPU samples (--py-sample-hz) as stack samples (TrackSink.stack_samples:
+  Perfetto PerfSample packets with interned frames and callstacks: per-thread
+  sample tracks, a flame graph for an area); with sampling off, the stacks
+  taken at calls and waits instead.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class PyStackConverter(FamilyConverter):
         table = head.get("probes") if isinstance(head, dict) else None
         self.probe_names = {int(k): str(v) for k, v in table.items()
                             if str(k).isdigit()} if isinstance(table, dict) else {}
+        hz = head.get("sample_hz") if isinstance(head, dict) else None
+        self.sample_hz = hz if isinstance(hz, int) else 0
         self.frames: list[tuple[str, str, int]] = []
         self.frame_at: dict[int, int] = {}          # index in the log -> index in self.frames
         self.stacks: dict[tuple[int, int], int] = {}  # (pid, stack id) -> index in self.callstacks
@@ -129,7 +133,12 @@ class PyStackConverter(FamilyConverter):
             w = recs[waits]
             sink.slices(w["ts"], w["dur"], w["tid"], w["tgid"], WAIT_NAME, CATEGORY,
                         [self._arg(np.arange(waits.size), stacks[waits], waits.size)])
-        known = np.flatnonzero(stacks >= 0)
+        # The samples: CPU samples when the recording took them (an area's flame
+        # graph is then where the CPU time went), else the stacks at calls and waits.
+        kinds = recs["kind"] == (R.PY_SAMPLE if self.sample_hz else R.PY_CALL)
+        if not self.sample_hz:
+            kinds |= recs["kind"] == R.PY_WAIT
+        known = np.flatnonzero((stacks >= 0) & kinds)
         if known.size and self.callstacks:
             r = recs[known]
             sink.stack_samples(r["ts"], r["tid"], r["tgid"], stacks[known], self.callstacks, self.frames)

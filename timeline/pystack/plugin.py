@@ -42,6 +42,7 @@ from ..ring_reader import RingReader
 from . import attach, interpreter, probes
 from . import records as R
 from .memory import ProcessMemory
+from .sampling import Sampler
 from .symbolize import CodeReader
 
 STATS = ("walks", "no_state", "no_frame", "truncated", "faults", "stacks", "stacks_lost", "waits",
@@ -94,10 +95,13 @@ class PyStackPlugin(RecorderPlugin):
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # _scan wakes the stack thread
         self._ctx: RecorderContext | None = None
         self.error: str | None = None
+        self.sampler: Sampler | None = None
+        self.sample_error: str | None = None
 
     # -- hooks ----------------------------------------------------------------
     def header(self) -> dict:
-        return {"pystack": {"probes": probes.table(), "max_frames": R.PY_MAX_FRAMES}}
+        return {"pystack": {"probes": probes.table(), "max_frames": R.PY_MAX_FRAMES,
+                            "sample_hz": self.options.py_sample_hz}}
 
     def before_launch(self, ctx: RecorderContext) -> None:
         self._ctx = ctx
@@ -115,6 +119,9 @@ class PyStackPlugin(RecorderPlugin):
                       if dsc.lib_api(p) in (RUNTIME, NCCL)]
         for p in paths:
             self._attach_lib(os.path.abspath(p), dsc.file_key(p))
+        if self.options.py_sample_hz:
+            self.sampler = Sampler(self.obj, self.options.py_sample_hz)
+            self.sample_error = self.sampler.start()
 
     def on_target(self, ctx: RecorderContext) -> None:
         self._scan(ctx)
@@ -123,6 +130,8 @@ class PyStackPlugin(RecorderPlugin):
         self._scan(ctx)
 
     def stop(self, ctx: RecorderContext) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
         self._scan(ctx)
         self._stop.set()
         self._wake()
@@ -173,6 +182,7 @@ class PyStackPlugin(RecorderPlugin):
             if pid in self.procs:
                 self._forget(pid, bpf=False)  # BPF dropped the entry itself
             self.procs[pid] = _Proc(-1)
+            self.found.pop(pid, None)  # its old image (the recorder's own fork, before it exec'd the command)
 
     def _due(self, now: float) -> float:
         """Stack thread: the looks that are due; returns when the next one is."""
@@ -384,6 +394,8 @@ class PyStackPlugin(RecorderPlugin):
             ctx.summary.append(f"pystack: warning: no stack probes on {err}")
         if self.error:
             ctx.summary.append(f"pystack: warning: symbolizing stopped: {self.error}")
+        if self.sample_error:
+            ctx.summary.append(f"pystack: warning: no CPU samples ({self.sample_error})")
 
 
 __all__ = ["PyStackPlugin"]

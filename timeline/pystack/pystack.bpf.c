@@ -61,14 +61,19 @@ struct py_thread {
 	__u64 ts;          /* ... at this time */
 };
 
+/* Where a walk keeps the stack it builds and the memory windows it reads. */
+struct py_scratch {
+	struct tl_py_stack st;
+	__u8 fwin[TL_PY_WINDOW];
+	__u8 cwin[TL_PY_WINDOW];
+};
+
 struct py_task {
 	__u64 wait_ts;     /* blocked since (0: not blocked) */
 	__u64 wait_stack;
 	__u8 wait_flags;
 	__u8 pad[7];
-	struct tl_py_stack st;
-	__u8 fwin[TL_PY_WINDOW];
-	__u8 cwin[TL_PY_WINDOW];
+	struct py_scratch s;
 };
 
 struct seen_key {
@@ -123,6 +128,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_settings);
 } py_settings SEC(".maps");
+
+/* CPU samples walk here: a timer interrupt may land in the middle of a
+ * uprobe's walk of the same task (its task storage), never in another
+ * sample's walk on the same CPU (perf programs do not nest). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_scratch);
+} py_sample_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -239,7 +254,7 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 
 struct frame_walk {
 	struct tl_py_proc *p;
-	struct py_task *t;
+	struct py_scratch *t;
 	__u64 f;
 	__u64 h;
 	__u32 depth;
@@ -250,7 +265,7 @@ static long frame_step(__u64 i, void *data)
 {
 	struct frame_walk *w = data;
 	struct tl_py_proc *p = w->p;
-	struct py_task *t = w->t;
+	struct py_scratch *t = w->t;
 	__u64 code, prev, ident, name, filename, instr;
 	__u32 off, firstlineno, depth = w->depth;
 
@@ -327,7 +342,7 @@ static long frame_step(__u64 i, void *data)
 }
 
 /* Walk the frames of tstate into t->st; returns the stack id (0: none). */
-static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_task *t, __u8 *flags)
+static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u8 *flags)
 {
 	struct frame_walk w = {};
 	int err = 0;
@@ -355,7 +370,7 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 }
 
 /* The current thread's stack id (0: none), sending the stack if new. */
-static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_task *t, struct task_struct *task,
+static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
 					__u32 tgid, __u32 tid, __u8 *flags)
 {
 	struct seen_key key = {};
@@ -437,8 +452,33 @@ int tl_py_call(struct pt_regs *ctx)
 	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, t, task, tgid, tid, &flags);
+	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
 	emit(TL_PY_CALL, ts, 0, stack, tid, tgid, (__u32)bpf_get_attach_cookie(ctx), flags);
+	return 0;
+}
+
+/* CPU sampling: a perf_event timer on every CPU (the plugin opens them,
+ * --py-sample-hz); the recorded Python thread running there is sampled. */
+SEC("perf_event")
+int tl_py_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 ts = bpf_ktime_get_boot_ns(), id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32, zero = 0;
+	struct py_scratch *s;
+	struct tl_py_proc *p;
+	__u64 stack;
+	__u8 flags = 0;
+
+	if (!tl_is_tracked(tid))
+		return 0;
+	p = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!p)
+		return 0;
+	s = bpf_map_lookup_elem(&py_sample_scratch, &zero);
+	if (!s)
+		return 0;
+	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, &flags);
+	emit(TL_PY_SAMPLE, ts, 0, stack, tid, tgid, 0, flags);
 	return 0;
 }
 
@@ -481,7 +521,7 @@ int BPF_PROG(tl_py_switch, bool preempt, struct task_struct *prev, struct task_s
 	t = bpf_task_storage_get(&py_task, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, t, prev, tgid, tid, &flags);
+	stack = take_stack(p, &t->s, prev, tgid, tid, &flags);
 	if (!stack)
 		return 0;  /* a thread without Python frames: nothing to show for its wait */
 	t->wait_ts = now ? now : bpf_ktime_get_boot_ns();
