@@ -9,7 +9,8 @@ returns 35 at once: the time is ctypes + the library's entry + the probes.
 Runs alternate, in one invocation: untraced, `-e cuda` (the cuda family
 alone), `-e cuda,pystack` (its probes plus a Python stack per call); `--reps`
 times each; reported are medians in ns per call and what pystack adds over
-the cuda family alone.  The stack repeats, so after the first call each
+the cuda family alone, and the time its BPF programs spent per stack (the
+recording's own count, py_stats: steadier than the target's on a busy host).  The stack repeats, so after the first call each
 costs the walk and one 40-byte record (no new stack to send).
 """
 from __future__ import annotations
@@ -45,9 +46,19 @@ def libcudart() -> str:
     return os.path.join(list(m.__path__)[0], "lib", "libcudart.so.12")
 
 
-def run(cmd: list[str]) -> float:
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return float(next(line.split()[1] for line in out.splitlines() if line.startswith("ns_per_call")))
+def run(cmd: list[str], env: dict, raw: str | None) -> tuple[float, float | None]:
+    """(ns per call in the target, ns per stack in BPF from the raw log's py_stats, if any)."""
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
+    per_call = float(next(line.split()[1] for line in out.splitlines() if line.startswith("ns_per_call")))
+    walk = None
+    if raw:
+        from timeline.rawlog import KIND_META, RawLogReader
+        with RawLogReader(raw) as r:
+            for blk in r.blocks():
+                meta = blk.json() if blk.kind == KIND_META else {}
+                if meta.get("type") == "py_stats" and meta.get("walks"):
+                    walk = meta["walk_ns"] / meta["walks"]
+    return per_call, walk
 
 
 def main() -> None:
@@ -65,19 +76,28 @@ def main() -> None:
         base = [args.python, target, lib, str(args.calls), str(args.depth)]
         tl = [sys.executable, "-m", "timeline.cli", "record", "--raw-only", "-o", os.path.join(d, "r.tlraw"),
               "--cuda-lib", lib]
-        modes = {"untraced": base + ["0"],
-                 "cuda": tl + ["-e", "cuda", "--"] + base + ["0.5"],
-                 "cuda+pystack": tl + ["-e", "cuda,pystack", "--"] + base + ["0.5"]}
+        modes = {"untraced": (base + ["0"], {}),
+                 "cuda": (tl + ["-e", "cuda", "--"] + base + ["0.5"], {}),
+                 "cuda+pystack": (tl + ["-e", "cuda,pystack", "--"] + base + ["0.5"], {}),
+                 "  frame by frame": (tl + ["-e", "cuda,pystack", "--"] + base + ["0.5"],
+                                      {"TIMELINE_PYSTACK_NO_CHUNK": "1"})}
         times: dict[str, list[float]] = {m: [] for m in modes}
+        walks: dict[str, list[float]] = {m: [] for m in modes}
+        raw = os.path.join(d, "r.tlraw")
         for _ in range(args.reps):
-            for name, cmd in modes.items():
-                times[name].append(run(cmd))
+            for name, (cmd, env) in modes.items():
+                t, w = run(cmd, env, raw if "pystack" in " ".join(cmd) else None)
+                times[name].append(t)
+                if w is not None:
+                    walks[name].append(w)
     med = {m: statistics.median(v) for m, v in times.items()}
     print(f"python {args.python}, {args.calls:,} calls x {args.reps} runs, {args.depth} frames deep")
     for m, v in med.items():
-        print(f"  {m:14} {v:8.1f} ns/call   (runs: {', '.join(f'{x:.0f}' for x in times[m])})")
+        inside = f"   BPF: {statistics.median(walks[m]):.0f} ns per stack taken" if walks[m] else ""
+        print(f"  {m:14} {v:8.1f} ns/call   (runs: {', '.join(f'{x:.0f}' for x in times[m])}){inside}")
     print(f"  cuda probes add     {med['cuda'] - med['untraced']:8.1f} ns/call")
     print(f"  pystack adds        {med['cuda+pystack'] - med['cuda']:8.1f} ns/call over the cuda family alone")
+    print(f"  ... reading each frame on its own {med['  frame by frame'] - med['cuda']:8.1f} ns/call")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ blocks in known functions and prints one JSON line with what the test needs.
     python pystack_workers.py fork|spawn   a multiprocessing worker blocks in worker_main() -> worker_wait()
     python pystack_workers.py deep         recursion 200 deep, then blocks
     python pystack_workers.py exec N SAME  N exec'd code objects, each blocks once, then freed; SAME=1:
-                                           all named gen() (only the file name differs)
+                                           all named gen() (only the file name differs); SAME=2: copies
+                                           of one gen() with code.replace(co_filename=...), each at the
+                                           address the last one was freed from
     python pystack_workers.py spin S       the main thread spins S s of CPU in spin_outer() -> spin_middle()
                                            -> spin_inner(), a second thread in side_spin()
 """
@@ -16,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 WAIT_S = 0.05
 
@@ -101,13 +104,25 @@ def main():
     elif mode == "deep":
         recurse(200)
     elif mode == "exec":
-        n, same = int(sys.argv[2]), sys.argv[3] == "1"
+        n, same = int(sys.argv[2]), sys.argv[3]
+        ns = {"block": block}
+        exec(compile("def gen():\n    block(0.002)\n", "template.py", "exec"), ns)
+        template = ns["gen"]
+        addresses = set()
         for i in range(n):
-            name = "gen" if same else f"gen_{i}"
+            if same == "2":
+                code = template.__code__.replace(co_filename=f"generated_{i}.py")
+                fn = types.FunctionType(code, ns)
+                addresses.add(id(code))
+                fn()
+                del fn, code  # freed here: the next copy takes its address
+                continue
+            name = "gen" if same == "1" else f"gen_{i}"
             ns = {"block": block}
             exec(compile(f"def {name}():\n    block(0.002)\n", f"generated_{i}.py", "exec"), ns)
             ns[name]()
             del ns  # the code object is freed here: the next one may take its address
+        out["code_addresses"] = len(addresses)
     elif mode == "spin":
         cpu_s = float(sys.argv[2])
         side = threading.Thread(target=side_spin, args=(cpu_s, out))

@@ -62,6 +62,24 @@ def test_interpreter_found_with_its_version(parked):
     assert ("libpython" in os.path.basename(found.path)) == name.startswith("pyenv")
 
 
+def test_code_dealloc_found_through_the_type(parked):
+    """PyCode_Type.tp_dealloc, read from the process, is code_dealloc: where the
+    file still has its .symtab (pyenv), the symbol agrees; stripped files
+    (Debian's) have it all the same."""
+    name, _, found = parked
+    assert found.code_free is not None
+    from elftools.elf.elffile import ELFFile
+    with open(found.path, "rb") as f:
+        elf = ELFFile(f)
+        symtab = interpreter._symbols(elf, ("code_dealloc",), ".symtab")
+        if name.startswith("pyenv"):
+            seg = next(s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD" and s["p_flags"] & 1
+                       and s["p_vaddr"] <= symtab["code_dealloc"] < s["p_vaddr"] + s["p_filesz"])
+            assert found.code_free == symtab["code_dealloc"] - seg["p_vaddr"] + seg["p_offset"]
+        else:
+            assert not symtab
+
+
 def test_walk_names_the_parked_stack(parked):
     _, info, found = parked
     # the BPF walk matches tstate->thread_id (pthread_self()) against the thread's fs base

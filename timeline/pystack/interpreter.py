@@ -29,6 +29,8 @@ from .. import safe_input
 from . import layouts
 from .memory import ProcessMemory
 
+TP_DEALLOC = 48           # PyTypeObject.tp_dealloc: after ob_refcnt, ob_type, ob_size, tp_name, tp_basicsize,
+                          # tp_itemsize (a stable ABI layout in every version)
 MAPS_LIMIT = 8 << 20      # bytes of /proc/PID/maps read (a torch process: ~200 KB)
 ELF_BUDGET = 64 << 20     # bytes pyelftools may read from one interpreter file
 # File names that may hold an interpreter: libpython3.11.so.1.0, python3.11, python3, python
@@ -54,6 +56,7 @@ class ElfInfo:
     py_version: int | None    # st_value of Py_Version (3.11+)
     shared: bool              # ET_DYN: addresses are relative to the load bias
     first_vaddr: int          # p_vaddr of the PT_LOAD at file offset 0
+    exec_segments: tuple = ()  # (p_vaddr, p_offset, p_filesz) of executable PT_LOADs
 
 
 @dataclasses.dataclass
@@ -65,6 +68,8 @@ class Interpreter:
     layout: layouts.Layout
     runtime: int
     code_type: int
+    code_free: int | None = None       # file offset of code_dealloc in `path`
+    file_key: tuple[str, int] = ("", 0)  # (maps device, inode) of `path`
 
 
 class NotPython(Exception):
@@ -113,26 +118,27 @@ _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u
                  ("size", "<u8")])
 
 
-def _symbols(elf: ELFFile, names: tuple[str, ...]) -> dict[str, int]:
-    """st_value of defined dynamic symbols by name: what libpython and a python
-    executable built with --export-dynamic export.  The table is searched with
-    numpy (pyelftools' by-name lookup builds a dict of every symbol: 0.4 s for
-    a libpython with its full .symtab)."""
-    sec = elf.get_section_by_name(".dynsym")
+def _symbols(elf: ELFFile, names: tuple[str, ...], table: str = ".dynsym") -> dict[str, int]:
+    """st_value of defined symbols by name, from .dynsym (what libpython and a
+    python executable built with --export-dynamic export) or .symtab.  Searched
+    with numpy (pyelftools' by-name lookup builds a dict of every symbol: 0.4 s
+    for a libpython's full .symtab)."""
+    sec = elf.get_section_by_name(table)
     if sec is None or sec["sh_type"] == "SHT_NOBITS":
         return {}
     syms = np.frombuffer(sec.data(), _SYM)
     strtab = elf.get_section(sec["sh_link"]).data()
     found: dict[str, int] = {}
+    defined = syms[syms["shndx"] != 0]
     for name in names:
-        want = b"\0" + name.encode() + b"\0"
-        start = strtab.find(want)
-        while start >= 0:
-            hit = syms[(syms["name"] == start + 1) & (syms["shndx"] != 0)]
-            if hit.size:
-                found[name] = int(hit["value"][0])
-                break
-            start = strtab.find(want, start + 1)
+        # every place the name's bytes end a string: linkers share tails ("foo_bar" holds "bar")
+        want, starts, at = name.encode() + b"\0", [], strtab.find(name.encode() + b"\0")
+        while at >= 0:
+            starts.append(at)
+            at = strtab.find(want, at + 1)
+        hit = defined[np.isin(defined["name"], starts)]
+        if hit.size:
+            found[name] = int(hit["value"][0])
     return found
 
 
@@ -146,8 +152,10 @@ def elf_info(fd: int, name: str) -> ElfInfo:
         first = min((s["p_vaddr"] - s["p_offset"] for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"),
                     default=0)
         syms = _symbols(elf, ("_PyRuntime", "PyCode_Type", "Py_Version"))
+        execs = tuple((s["p_vaddr"], s["p_offset"], s["p_filesz"]) for s in elf.iter_segments()
+                      if s["p_type"] == "PT_LOAD" and s["p_flags"] & 1)  # PF_X
         return ElfInfo(syms.get("_PyRuntime"), syms.get("PyCode_Type"), syms.get("Py_Version"),
-                       elf["e_type"] == "ET_DYN", first)
+                       elf["e_type"] == "ET_DYN", first, execs)
 
 
 class Finder:
@@ -216,4 +224,17 @@ class Finder:
                 lay = layouts.from_debug_offsets(raw, minor)
         except layouts.LayoutError as e:
             raise Unsupported(f"{m.path}: {e}") from None
-        return Interpreter(pid, m.path, version, lay, runtime, bias + info.code_type if info.code_type else 0)
+        code_type = bias + info.code_type if info.code_type else 0
+        return Interpreter(pid, m.path, version, lay, runtime, code_type,
+                           self._code_free(mem, code_type, bias, info), (m.dev, m.inode))
+
+    @staticmethod
+    def _code_free(mem: ProcessMemory, code_type: int, bias: int, info: ElfInfo) -> int | None:
+        """File offset of the function that frees code objects (code_dealloc, static in
+        every build): PyCode_Type.tp_dealloc, read from the process, so stripped builds
+        have it too."""
+        fn = mem.u64(code_type + TP_DEALLOC) if code_type else None
+        if not fn:
+            return None
+        vaddr = fn - bias
+        return next((vaddr - va + off for va, off, size in info.exec_segments if va <= vaddr < va + size), None)

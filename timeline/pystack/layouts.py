@@ -57,6 +57,7 @@ class Layout:
     fr_owner: int | None
     owner_cstack: int | None    # owner value of C-stack shim frames
     instr_index: bool           # fr_instr is an index of code units (3.10), not a pointer
+    ts_datastack: int | None    # datastack_chunk, then datastack_top (3.11+: frames live in chunks)
     # code objects
     co_firstlineno: int
     co_version: int | None      # a counter unique per code object (3.12+)
@@ -75,9 +76,11 @@ class Layout:
     bytes_size: int = 16        # ob_size of a bytes object
     bytes_data: int = 32        # ob_sval
     debug_offsets: bool = False  # came from the process's _Py_DebugOffsets
+    chunk_data: int = 24        # _PyStackChunk.data: the first frame of a chunk
 
-    def bpf_config(self, runtime: int) -> bytes:
-        """struct tl_py_proc for the py_procs map."""
+    def bpf_config(self, runtime: int, gen: int = 0, code_cache: bool = False) -> bytes:
+        """struct tl_py_proc for the py_procs map: gen numbers the entry (per-image
+        caches are keyed by it), code_cache says code_dealloc is probed."""
         none = R.PY_NONE
         fr = [o for o in (self.fr_code, self.fr_previous, self.fr_instr, self.fr_owner) if o is not None]
         fr_base = min(fr)
@@ -99,6 +102,12 @@ class Layout:
         c["str_hash"] = self.str_hash
         c["instr_kind"] = R.PY_INSTR_INDEX if self.instr_index else R.PY_INSTR_PTR
         c["owner_skip"] = 255 if self.owner_cstack is None else self.owner_cstack
+        c["ts_datastack"] = none if self.ts_datastack is None else self.ts_datastack
+        c["chunk_data"] = self.chunk_data
+        c["gen"] = gen & 0xFFFFFFFF
+        c["code_cache"] = int(code_cache)
+        c["str_length"], c["str_state"] = self.str_length, self.str_state
+        c["str_ascii"], c["str_compact"] = self.ascii_size, self.compact_size
         for name, size in (("fr_code", 8), ("fr_previous", 8), ("fr_instr", 8 if not self.instr_index else 4),
                            ("fr_owner", 1), ("co_firstlineno", 4), ("co_version", 4), ("co_name", 8),
                            ("co_filename", 8)):
@@ -112,21 +121,25 @@ TABLE: dict[int, Layout] = {
     10: Layout(10, rt_interp_head=32, interp_next=0, interp_threads=8,
                ts_next=8, ts_thread_id=176, ts_native_thread_id=None, ts_frame=24, cframe_frame=None,
                fr_code=32, fr_previous=24, fr_instr=96, fr_owner=None, owner_cstack=None, instr_index=True,
+               ts_datastack=None,
                co_firstlineno=40, co_version=None, co_filename=104, co_name=112, co_qualname=None,
                co_linetable=120, co_code=48),
     11: Layout(11, rt_interp_head=40, interp_next=0, interp_threads=16,
                ts_next=8, ts_thread_id=152, ts_native_thread_id=160, ts_frame=56, cframe_frame=8,
                fr_code=32, fr_previous=48, fr_instr=56, fr_owner=69, owner_cstack=None, instr_index=False,
+               ts_datastack=296,
                co_firstlineno=72, co_version=None, co_filename=112, co_name=120, co_qualname=128,
                co_linetable=136, co_code=184),
     12: Layout(12, rt_interp_head=40, interp_next=0, interp_threads=72,
                ts_next=8, ts_thread_id=136, ts_native_thread_id=144, ts_frame=56, cframe_frame=0,
                fr_code=0, fr_previous=8, fr_instr=56, fr_owner=70, owner_cstack=3, instr_index=False,
+               ts_datastack=232,
                co_firstlineno=68, co_version=92, co_filename=112, co_name=120, co_qualname=128,
                co_linetable=136, co_code=192, ascii_size=40, compact_size=56),
     13: Layout(13, rt_interp_head=632, interp_next=7264, interp_threads=7344,
                ts_next=8, ts_thread_id=152, ts_native_thread_id=160, ts_frame=72, cframe_frame=None,
                fr_code=0, fr_previous=8, fr_instr=56, fr_owner=70, owner_cstack=3, instr_index=False,
+               ts_datastack=232,
                co_firstlineno=68, co_version=92, co_filename=112, co_name=120, co_qualname=128,
                co_linetable=136, co_code=200, ascii_size=40, compact_size=56),
 }
@@ -155,7 +168,7 @@ def from_debug_offsets(raw: bytes, minor: int) -> Layout:
     base = TABLE[13]
     return dataclasses.replace(
         base, rt_interp_head=v[5], interp_next=v[8], interp_threads=v[9],
-        ts_next=v[21], ts_frame=v[23], ts_thread_id=v[24], ts_native_thread_id=v[25],
+        ts_next=v[21], ts_frame=v[23], ts_thread_id=v[24], ts_native_thread_id=v[25], ts_datastack=v[26],
         fr_previous=v[29], fr_code=v[30], fr_instr=v[31], fr_owner=v[33],
         co_filename=v[35], co_name=v[36], co_qualname=v[37], co_linetable=v[38], co_firstlineno=v[39],
         co_version=v[39] + (base.co_version - base.co_firstlineno),  # not published: beside co_firstlineno

@@ -18,7 +18,7 @@
 Raw log META blocks written here:
   {"type": "py_stacks", "ts", "frames": [[index, function, file, line]...],
    "stacks": [[pid, "stack id (hex)", flags, [frame index, innermost first]]...]}
-  {"type": "py_procs", "ts", "processes": [{pid, path, version}], "unsupported": [{pid, path, why}]}
+  {"type": "py_procs", "ts", "processes": [{pid, path, version}]}
   {"type": "py_stats", "ts", walks, no_state, ...}
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from .sampling import Sampler
 from .symbolize import CodeReader
 
 STATS = ("walks", "no_state", "no_frame", "truncated", "faults", "stacks", "stacks_lost", "waits",
-         "short_waits")  # pystack.bpf.c ST_*
+         "short_waits", "walk_ns", "frames")  # pystack.bpf.c ST_*
 # looks at a process whose interpreter is not mapped yet (the dynamic loader maps libpython
 # within a millisecond or two of exec); a non-Python process costs these few reads
 RETRY_S = (0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
@@ -80,12 +80,14 @@ class PyStackPlugin(RecorderPlugin):
         self.procs: dict[int, _Proc] = {}
         self.live: dict[int, int] | None = None
         self.found: dict[int, dict] = {}          # walkable processes by pid, for the META and the summary
-        self.unsupported: dict[str, list] = {}    # why -> pids
+        self.unsupported: dict[str, dict] = {}    # why -> {pid: True}
         self.libs: set[tuple[int, int]] = set()   # (st_dev, inode) of libraries probed or found wanting
         self.mapped_libs: set[tuple[str, int]] = set()  # (maps device, inode) of libraries seen mapped
         self.lib_paths: list[str] = []
         self.lib_errors: list[str] = []
         self.frame_ids: dict[tuple[str, str, int], int] = {}
+        self.gen = 0                              # py_procs entries written (their `gen`)
+        self.code_free: dict[tuple[str, int], bool] = {}  # interpreter file -> code_dealloc probed
         self.n_stacks = 0
         self.n_unresolved = 0
         self.obj = None
@@ -106,8 +108,10 @@ class PyStackPlugin(RecorderPlugin):
     def before_launch(self, ctx: RecorderContext) -> None:
         self._ctx = ctx
         self.obj = ctx.session.objects["pystack"]
-        min_wait = struct.pack("<Q", self.options.py_wait_min_us * 1000)
-        self.obj.map("py_settings").update(struct.pack("<I", 0), min_wait)
+        # TIMELINE_PYSTACK_NO_CHUNK=1: read each frame on its own (bench/pystack_cost.py compares)
+        settings = struct.pack("<QI4x", self.options.py_wait_min_us * 1000,
+                               int(os.environ.get("TIMELINE_PYSTACK_NO_CHUNK", "0") == "1"))
+        self.obj.map("py_settings").update(struct.pack("<I", 0), settings)
         stacks = self.obj.map("py_stacks")
         self.reader = RingReader(stacks.fd, stacks.max_entries, R.PY_STACK)
         self._thread = threading.Thread(target=self._stack_loop, args=(stacks.fd,), name="timeline-pystack",
@@ -226,15 +230,17 @@ class PyStackPlugin(RecorderPlugin):
             return
         except interpreter.Unsupported as e:
             st.done = True
-            self.unsupported.setdefault(str(e), []).append(pid)
+            self.unsupported.setdefault(str(e), {})[pid] = True  # looked at twice (exec, then listed): once
             return
         st.done = True
         st.interp = it
         st.reader = CodeReader(ProcessMemory(pid), it.layout, it.code_type)
+        self.gen += 1
         try:
-            self.obj.map("py_procs").update(struct.pack("<I", pid), it.layout.bpf_config(it.runtime))
+            config = it.layout.bpf_config(it.runtime, self.gen, self._probe_code_free(pid, it))
+            self.obj.map("py_procs").update(struct.pack("<I", pid), config)
         except (BPFError, ValueError) as e:
-            self.unsupported.setdefault(f"{it.path}: {e}", []).append(pid)
+            self.unsupported.setdefault(f"{it.path}: {e}", {})[pid] = True
             st.interp = None
             return
         found = {"pid": pid, "path": it.path, "version": ".".join(map(str, it.version))}
@@ -264,6 +270,22 @@ class PyStackPlugin(RecorderPlugin):
             maps = interpreter.read_maps(pid, self.user)
             if maps is not None:
                 self._attach_maps(pid, maps)
+
+    def _probe_code_free(self, pid: int, it) -> bool:
+        """Is code_dealloc of this interpreter's file probed (attached now if not)?
+        Then BPF may cache code objects' checksums (py_codes)."""
+        if it.code_free is None:
+            return False
+        ok = self.code_free.get(it.file_key)
+        if ok is None:
+            path = dsc.process_path(pid, it.path, it.file_key[1])
+            try:
+                self.obj.attach_uprobe("tl_py_code_free", path, offset=it.code_free)
+                ok = True
+            except BPFError:
+                ok = False
+            self.code_free[it.file_key] = ok
+        return ok
 
     # -- CUDA libraries -----------------------------------------------------------
     def _attach_maps(self, pid: int, maps) -> None:
@@ -384,7 +406,8 @@ class PyStackPlugin(RecorderPlugin):
             ctx.summary.append(f"pystack: {n} Python process{'es' if n > 1 else ''}, CPython {', '.join(versions)}: "
                                f"{self.n_stacks:,} distinct stacks from {stats['walks']:,} walks"
                                + (f", {self.n_unresolved:,} frames unresolved" if self.n_unresolved else ""))
-        for why, pids in sorted(self.unsupported.items()):
+        for why, seen in sorted(self.unsupported.items()):
+            pids = list(seen)
             ctx.summary.append(f"pystack: no Python stacks for pid {', '.join(map(str, pids[:5]))}"
                                f"{' ...' if len(pids) > 5 else ''}: {why}")
         if stats["stacks_lost"]:

@@ -20,6 +20,14 @@
  * A stack is identified by a hash of its frames and sent to the plugin once
  * per process (py_seen): a repeated stack costs one 40-byte record.
  *
+ * Cost (bench/pystack_cost.py): reads of the target's memory dominate, so
+ * 3.11+ read the top of the thread's frame stack (its data stack chunk) at
+ * once and take most frames from that copy, and a code object's checksum
+ * is remembered (struct code_slot) where code_dealloc is probed, the
+ * process's epoch of frees retiring what was remembered.  The checksum:
+ * first line, co_version (3.12+; 3.10 and 3.11: the name's hash and the
+ * last bytes of the file name), name and file name pointers.
+ *
  * Scratch space lives in task storage, not per-CPU: uprobe programs can be
  * preempted, and another task's program on the same CPU would overwrite a
  * per-CPU buffer.  sched_switch only walks a thread that blocks, which a
@@ -49,10 +57,14 @@ const volatile struct tl_py_stack tl_py_stack_layout = {};
 #define ST_STACKS_LOST 6   /* py_stacks ring full: sent again next time */
 #define ST_WAITS 7
 #define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
-#define NSTATS 9
+#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns */
+#define ST_FRAMES 10       /* frames walked */
+#define NSTATS 11
 
 struct py_settings {
 	__u64 min_wait_ns;
+	__u32 no_chunk;    /* read each frame on its own (for comparisons) */
+	__u32 pad;
 };
 
 struct py_thread {
@@ -61,11 +73,31 @@ struct py_thread {
 	__u64 ts;          /* ... at this time */
 };
 
-/* Where a walk keeps the stack it builds and the memory windows it reads. */
+/* A code object's checksum, remembered (a direct-mapped cache in each
+ * scratch) for processes whose code_dealloc is probed: each free there
+ * bumps the process's epoch (tl_py_proc.frees), which retires every entry
+ * made before it, so an address a new code object took is read afresh.  A
+ * frame being walked holds its code object: no free can retire it mid-walk. */
+#define CODE_SLOTS 256
+struct code_slot {
+	__u64 code;
+	__u32 tgid;
+	__u32 gen;
+	__u32 epoch;
+	__u32 check;
+};
+
+/* Where a walk keeps the stack it builds and the memory it reads: one
+ * window per frame and code object, and (3.11+) the top of the thread's
+ * frame stack read at once (most frames then cost no read of their own).
+ * The chunk buffer has a window's room past TL_PY_CHUNK so that a frame
+ * at any offset below TL_PY_CHUNK can be read from it. */
 struct py_scratch {
+	struct code_slot codes[CODE_SLOTS];
 	struct tl_py_stack st;
 	__u8 fwin[TL_PY_WINDOW];
 	__u8 cwin[TL_PY_WINDOW];
+	__u8 chunk[TL_PY_CHUNK + TL_PY_WINDOW];
 };
 
 struct py_task {
@@ -78,9 +110,10 @@ struct py_task {
 
 struct seen_key {
 	__u32 tgid;
-	__u32 pad;
+	__u32 gen;         /* tl_py_proc.gen: an exec'd or reused pid starts afresh */
 	__u64 stack_id;
 };
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -154,6 +187,14 @@ static __always_inline void stat(__u32 i)
 		*n += 1;
 }
 
+static __always_inline void stat_add(__u32 i, __u64 v)
+{
+	__u64 *n = bpf_map_lookup_elem(&py_stats, &i);
+
+	if (n)
+		*n += v;
+}
+
 static __always_inline __u64 read_u64(__u64 addr, int *err)
 {
 	__u64 v = 0;
@@ -161,6 +202,40 @@ static __always_inline __u64 read_u64(__u64 addr, int *err)
 	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
 		*err = 1;
 	return v;
+}
+
+/* The last (up to) 16 bytes of a compact str's data and its byte length,
+ * mixed: what tells two file names apart (their paths end differently).
+ * The same as timeline/pystack/symbolize.py:str_tail_mix. */
+static __always_inline __u64 str_tail(struct tl_py_proc *p, __u64 s)
+{
+	__u8 head[40] = {};
+	__u64 tail[2] = {}, nbytes, x;
+	__u32 state, kind, off;
+	__s64 len;
+
+	if (!s || bpf_probe_read_user(head, sizeof(head), (void *)s))
+		return 0;
+	off = p->str_length & 0x38;  /* aligned: the verifier wants stack reads so */
+	if (off > sizeof(head) - 8)
+		return 0;
+	len = *(__s64 *)(head + off);
+	off = p->str_state & 0x3C;
+	if (off > sizeof(head) - 4)
+		return 0;
+	state = *(__u32 *)(head + off);
+	kind = (state >> 2) & 7;
+	if (!((state >> 5) & 1) || len < 0 || len > 65536 || (kind != 1 && kind != 2 && kind != 4))
+		return 0;  /* not compact: no data after the header */
+	nbytes = (__u64)len * kind;
+	off = (state >> 6) & 1 ? p->str_ascii : p->str_compact;
+	if (nbytes >= 16)
+		bpf_probe_read_user(tail, 16, (void *)(s + off + nbytes - 16));
+	else if (nbytes)
+		bpf_probe_read_user(tail, nbytes & 15, (void *)(s + off));
+	x = (nbytes ^ tail[0]) * 0x9E3779B97F4A7C15ULL;
+	x = (x ^ tail[1]) * 0x9E3779B97F4A7C15ULL;
+	return x ^ (x >> 29);
 }
 
 /* The same mix as timeline/pystack/symbolize.py:code_check. */
@@ -255,6 +330,8 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 struct frame_walk {
 	struct tl_py_proc *p;
 	struct py_scratch *t;
+	__u32 tgid, gen, epoch;
+	__u64 lo, hi;      /* [lo, hi) of the frame stack is in t->chunk */
 	__u64 f;
 	__u64 h;
 	__u32 depth;
@@ -267,7 +344,8 @@ static long frame_step(__u64 i, void *data)
 	struct tl_py_proc *p = w->p;
 	struct py_scratch *t = w->t;
 	__u64 code, prev, ident, name, filename, instr;
-	__u32 off, firstlineno, depth = w->depth;
+	__u32 off, firstlineno, check, depth = w->depth;
+	struct code_slot *slot = NULL;
 
 	if (!w->f)
 		return 1;
@@ -275,27 +353,35 @@ static long frame_step(__u64 i, void *data)
 		w->flags |= TL_PYF_TRUNC;
 		return 1;
 	}
-	if (bpf_probe_read_user(t->fwin, TL_PY_WINDOW, (void *)(w->f + p->fr_base))) {
-		w->flags |= TL_PYF_FAULT;
-		return 1;
+	__u64 at = w->f + p->fr_base;
+	__u8 *win;
+
+	if (at >= w->lo && at + TL_PY_WINDOW <= w->hi) {
+		win = t->chunk + ((at - w->lo) & (TL_PY_CHUNK - 1));  /* read already, with the stack */
+	} else {
+		if (bpf_probe_read_user(t->fwin, TL_PY_WINDOW, (void *)at)) {
+			w->flags |= TL_PYF_FAULT;
+			return 1;
+		}
+		win = t->fwin;
 	}
 	off = p->fr_code;
 	if (off > TL_PY_WINDOW - 8)
 		return 1;
-	code = *(__u64 *)(t->fwin + off);
+	code = *(__u64 *)(win + off);
 	off = p->fr_previous;
 	if (off > TL_PY_WINDOW - 8)
 		return 1;
-	prev = *(__u64 *)(t->fwin + off);
+	prev = *(__u64 *)(win + off);
 	off = p->fr_owner;
-	if (off < TL_PY_WINDOW && t->fwin[off] == p->owner_skip) {
+	if (off < TL_PY_WINDOW && win[off] == p->owner_skip) {
 		w->f = prev;  /* a shim frame marking an entry from C: not Python code */
 		return 0;
 	}
 	off = p->fr_instr;
 	if (off > TL_PY_WINDOW - 8)
 		return 1;
-	instr = *(__u64 *)(t->fwin + off);
+	instr = *(__u64 *)(win + off);
 	if (p->instr_kind == TL_PY_INSTR_INDEX) {
 		__s32 lasti = (__s32)instr;
 
@@ -305,7 +391,18 @@ static long frame_step(__u64 i, void *data)
 
 		instr = instr < first || instr - first >= 0xFFFFFFFFULL ? 0xFFFFFFFFULL : instr - first;
 	}
-	if (!code || bpf_probe_read_user(t->cwin, TL_PY_WINDOW, (void *)(code + p->co_base))) {
+	if (!code) {
+		w->flags |= TL_PYF_FAULT;
+		return 1;
+	}
+	if (p->code_cache) {
+		slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
+		if (slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == w->epoch) {
+			check = slot->check;
+			goto have_check;
+		}
+	}
+	if (bpf_probe_read_user(t->cwin, TL_PY_WINDOW, (void *)(code + p->co_base))) {
 		w->flags |= TL_PYF_FAULT;
 		return 1;
 	}
@@ -324,16 +421,26 @@ static long frame_step(__u64 i, void *data)
 	off = p->co_version;
 	if (off <= TL_PY_WINDOW - 4) {
 		ident = *(__u32 *)(t->cwin + off);
-	} else {  /* no version counter (3.10, 3.11): the name's hash tells code objects apart */
+	} else {  /* no version counter (3.10, 3.11): the name's hash and the file name's end */
 		ident = STR_HASH_NONE;
 		if (name)
 			bpf_probe_read_user(&ident, 8, (void *)(name + p->str_hash));
+		ident ^= str_tail(p, filename);
 	}
+	check = code_check(firstlineno, ident, name, filename);
+	if (slot) {
+		slot->code = code;
+		slot->tgid = w->tgid;
+		slot->gen = w->gen;
+		slot->epoch = w->epoch;
+		slot->check = check;
+	}
+have_check:;
 	struct tl_py_frame *fr = &t->st.frames[depth & (TL_PY_MAX_FRAMES - 1)];
 
 	fr->code = code;
 	fr->instr = (__u32)instr;
-	fr->check = code_check(firstlineno, ident, name, filename);
+	fr->check = check;
 	w->h = mix(w->h, code);
 	w->h = mix(w->h, ((__u64)fr->instr << 32) | fr->check);
 	w->depth = depth + 1;
@@ -342,7 +449,8 @@ static long frame_step(__u64 i, void *data)
 }
 
 /* Walk the frames of tstate into t->st; returns the stack id (0: none). */
-static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u8 *flags)
+static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
+				  __u8 *flags)
 {
 	struct frame_walk w = {};
 	int err = 0;
@@ -356,7 +464,29 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 	}
 	w.p = p;
 	w.t = t;
+	w.tgid = tgid;
+	w.gen = p->gen;
+	w.epoch = p->frees;
 	w.h = 0xCBF29CE484222325ULL;
+	__u32 zero = 0;
+	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
+
+	if (p->ts_datastack != TL_PY_NONE && !(set && set->no_chunk)) {  /* 3.11+: the frame stack's top, in one read */
+		__u64 ds[2] = {};  /* datastack_chunk, datastack_top */
+
+		if (!bpf_probe_read_user(ds, sizeof(ds), (void *)(tstate + p->ts_datastack)) && ds[0]) {
+			__u64 lo = ds[0] + p->chunk_data, hi = ds[1];
+			__u64 n;
+
+			if (hi > lo + TL_PY_CHUNK)
+				lo = hi - TL_PY_CHUNK;
+			n = hi - lo;
+			if (hi > lo && n <= TL_PY_CHUNK && !bpf_probe_read_user(t->chunk, n, (void *)lo)) {
+				w.lo = lo;
+				w.hi = hi;
+			}
+		}
+	}
 	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &w, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w.f)
 		w.flags |= TL_PYF_TRUNC;
 	*flags |= w.flags;
@@ -366,12 +496,25 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 		return 0;
 	}
 	t->st.depth = w.depth;
+	stat_add(ST_FRAMES, w.depth);
 	return w.h ? w.h : 1;
 }
+
+static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
+					      __u32 tgid, __u32 tid, __u8 *flags);
 
 /* The current thread's stack id (0: none), sending the stack if new. */
 static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
 					__u32 tgid, __u32 tid, __u8 *flags)
+{
+	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, flags);
+
+	stat_add(ST_WALK_NS, bpf_ktime_get_ns() - t0);
+	return id;
+}
+
+static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
+					      __u32 tgid, __u32 tid, __u8 *flags)
 {
 	struct seen_key key = {};
 	struct tl_py_stack *rec;
@@ -384,7 +527,7 @@ static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch 
 		stat(ST_NO_STATE);
 		return 0;
 	}
-	id = walk(p, tstate, t, flags);
+	id = walk(p, tstate, t, tgid, flags);
 	if (*flags & TL_PYF_TRUNC)
 		stat(ST_TRUNC);
 	if (*flags & TL_PYF_FAULT)
@@ -394,6 +537,7 @@ static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch 
 		return 0;
 	}
 	key.tgid = tgid;
+	key.gen = p->gen;
 	key.stack_id = id;
 	if (bpf_map_lookup_elem(&py_seen, &key))
 		return id;
@@ -454,6 +598,19 @@ int tl_py_call(struct pt_regs *ctx)
 		return 0;
 	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
 	emit(TL_PY_CALL, ts, 0, stack, tid, tgid, (__u32)bpf_get_attach_cookie(ctx), flags);
+	return 0;
+}
+
+/* code_dealloc(PyCodeObject *), probed where its symbol is known: what
+ * was cached of code objects before is no longer trusted. */
+SEC("uprobe")
+int tl_py_code_free(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tl_py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
+
+	if (p && p->code_cache)
+		__sync_fetch_and_add(&p->frees, 1);
 	return 0;
 }
 

@@ -32,6 +32,7 @@
 
 #define TL_PY_NONE 65535  /* an offset the layout does not have */
 #define TL_PY_WINDOW 80   /* bytes read at once from a frame and from a code object */
+#define TL_PY_CHUNK 16384 /* bytes of a thread's frame stack (3.11+: data stack chunk) read at once */
 
 /* One Python frame: the code object, the byte offset of the instruction in
  * its bytecode (0xffffffff: not started), and a checksum of the code
@@ -82,7 +83,17 @@ struct tl_py_proc {
 	__u16 str_hash;         /* a str's cached hash, from the object's start */
 	__u8 instr_kind;        /* TL_PY_INSTR_* */
 	__u8 owner_skip;        /* frames of this owner are C-stack shims: skipped; 255: none */
-	__u8 pad[8];
+	__u16 ts_datastack;     /* tstate -> datastack_chunk, datastack_top after it (3.11+); TL_PY_NONE: 3.10 */
+	__u16 chunk_data;       /* _PyStackChunk.data */
+	__u32 gen;              /* this entry's number: keys of per-image caches (a new image, a new number) */
+	__u32 frees;            /* code objects freed since (counted by tl_py_code_free): cache epoch */
+	__u8 code_cache;        /* code_dealloc is probed: code checksums may be cached */
+	__u8 pad;
+	__u16 str_length;       /* str objects (PyASCIIObject): length, state bits, */
+	__u16 str_state;
+	__u16 str_ascii;        /* where a compact ASCII string's data starts, */
+	__u16 str_compact;      /* and a compact non-ASCII one's */
+	__u8 pad2[2];
 };
 
 /* The ring's record. */

@@ -28,6 +28,7 @@ PY_INSTR_PTR = 0
 PY_INSTR_INDEX = 1
 PY_NONE = 65535
 PY_WINDOW = 80
+PY_CHUNK = 16384
 
 PY_FRAME = np.dtype([("code", "<u8"), ("instr", "<u4"), ("check", "<u4")])
 
@@ -67,7 +68,17 @@ PY_PROC = np.dtype(
         ("str_hash", "<u2"),
         ("instr_kind", "u1"),
         ("owner_skip", "u1"),
-        ("pad", "u1", (8,)),
+        ("ts_datastack", "<u2"),
+        ("chunk_data", "<u2"),
+        ("gen", "<u4"),
+        ("frees", "<u4"),
+        ("code_cache", "u1"),
+        ("pad", "u1"),
+        ("str_length", "<u2"),
+        ("str_state", "<u2"),
+        ("str_ascii", "<u2"),
+        ("str_compact", "<u2"),
+        ("pad2", "u1", (2,)),
     ]
 )
 

@@ -42,6 +42,16 @@ def code_check(firstlineno: int, ident: int, name: int, filename: int) -> int:
     return x & M32
 
 
+def str_tail_mix(data: bytes) -> int:
+    """pystack.bpf.c:str_tail of a str whose data (in its own kind) is `data`."""
+    tail = data[-16:].ljust(16, b"\0") if len(data) >= 16 else data.ljust(16, b"\0")
+    t0, t1 = struct.unpack("<QQ", tail)
+    m = (1 << 64) - 1
+    x = ((len(data) ^ t0) * 0x9E3779B97F4A7C15) & m
+    x = ((x ^ t1) * 0x9E3779B97F4A7C15) & m
+    return x ^ (x >> 29)
+
+
 # -- line tables ------------------------------------------------------------
 
 def ranges_310(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
@@ -124,8 +134,8 @@ class CodeInfo:
         return line_at(self.ranges, instr, self.firstlineno)
 
 
-def read_str(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> str | None:
-    """A str object's text (compact strings: every name and file name CPython makes)."""
+def read_str_data(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> tuple[bytes, int] | None:
+    """A compact str object's data bytes and kind (1, 2 or 4 bytes a character)."""
     head = mem.read(addr, lay.ascii_size) if addr else None
     if head is None:
         return None
@@ -135,10 +145,17 @@ def read_str(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> str | No
     if not compact or kind not in (1, 2, 4) or not 0 <= length <= limit:
         return None
     if length == 0:
-        return ""
+        return b"", kind
     data = mem.read(addr + (lay.ascii_size if ascii_ else lay.compact_size), length * kind)
-    if data is None:
+    return None if data is None else (data, kind)
+
+
+def read_str(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> str | None:
+    """A str object's text (compact strings: every name and file name CPython makes)."""
+    got = read_str_data(mem, lay, addr, limit)
+    if got is None:
         return None
+    data, kind = got
     return data.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind], "replace")
 
 
@@ -174,9 +191,11 @@ class CodeReader:
         name, filename = q(lay.co_name), q(lay.co_filename)
         if lay.co_version is not None:
             ident = struct.unpack_from("<I", raw, lay.co_version)[0]
-        else:
+        else:  # the name's hash and the file name's end, as the BPF walk reads them
             h = self.mem.u64(name + lay.str_hash) if name else None
             ident = 0xFFFFFFFFFFFFFFFF if h is None else h
+            got = read_str_data(self.mem, lay, filename, 65536) if filename else None
+            ident ^= str_tail_mix(got[0]) if got is not None else 0
         return {"firstlineno": first, "name": name, "filename": filename,
                 "qualname": q(lay.co_qualname) if lay.co_qualname is not None else name,
                 "linetable": q(lay.co_linetable),
