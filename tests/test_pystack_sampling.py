@@ -70,6 +70,19 @@ def test_samples_follow_each_threads_cpu_time_and_stack(tmp_path):
         tp.close()
 
 
+def test_python_hotspots_check_names_the_spinning_line(tmp_path):
+    cp, out, tp = record(tmp_path)
+    tp.close()
+    ck = timeline_cmd("check", str(tmp_path / "spin.pftrace"), "--only", "python_hotspots", "--format", "json")
+    assert ck.returncode == 0, ck.stderr
+    report = json.loads(ck.stdout)
+    (res,) = [r for r in report["checks"] if r["id"] == "python_hotspots"]
+    top = res["findings"][0]
+    assert top["severity"] == "info"
+    assert top["finding"].startswith(f"pystack_workers.py:{line('SPIN')} spin_inner: "), top["finding"]
+    assert top["evidence"]["self_fraction"] >= 0.8 and top["evidence"]["total_samples"] >= 30
+
+
 def test_rate_is_an_option_and_zero_turns_sampling_off(tmp_path):
     cp, out, tp = record(tmp_path, "--py-sample-hz", "0")
     try:

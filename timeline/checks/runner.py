@@ -25,7 +25,8 @@ select
   exists(select 1 from counter_track where name glob 'gpu[0-9]*.*') as gpu_counters,
   exists(select 1 from slice where category = 'block_io') as block_io,
   exists(select 1 from slice where category = 'ioctl') as ioctl,
-  exists(select 1 from slice where category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset')) as gpu
+  exists(select 1 from slice where category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset')) as gpu,
+  exists(select 1 from perf_sample) as pystack
 """
 
 _PARAM_RE = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
