@@ -8,12 +8,13 @@ tests/pystack_workers.py; waits are found by their `py` arg.
 import json
 import os
 import re
+import shutil
 
 import pytest
 
 from timeline.pystack import records as R
 from timeline.trace_processor import open_trace
-from helpers import REPO, require_root, timeline_cmd
+from helpers import REPO, SUDO_NOBODY, require_root, timeline_cmd, udir  # noqa: F401 (udir: a fixture)
 from pystack_pythons import OLD, PYTHONS
 from test_cuda_record import slices
 
@@ -142,3 +143,23 @@ def test_unsupported_python_is_one_summary_line(tmp_path):
     assert len(lines) == 1, cp.stderr
     assert re.search(r"pystack: no Python stacks for pid \d+: \S+python3\.9\S*: CPython 3\.9 is not supported "
                      r"\(3\.10 to 3\.13 are\)", lines[0]), lines[0]
+
+
+def test_sudo_mode_reads_as_the_user(udir):
+    """In sudo mode the target runs as the user; its maps and its interpreter's
+    ELF file are opened as that user (safe_input), and its stacks are named."""
+    require_root()
+    python = PYTHONS.get("debian-3.11")  # readable by nobody, unlike pyenv's under /root
+    if python is None:
+        pytest.skip("no system CPython here")
+    script = shutil.copy(WORKERS, os.path.join(udir, "pystack_workers.py"))
+    os.chmod(script, 0o644)
+    trace = os.path.join(udir, "sudo.pftrace")
+    cp = timeline_cmd("record", "-e", "pystack", "-o", trace, "--", python, script, "deep",
+                      env={**os.environ, **SUDO_NOBODY})
+    assert cp.returncode == 0, cp.stderr
+    assert "pystack: 1 Python process, CPython 3.11" in cp.stderr, cp.stderr
+    assert os.stat(trace).st_uid == 65534
+    with open_trace(trace) as tp:
+        rows = [r for r in waits(tp) if " recurse \u2190 " in r["py"]]
+        assert len(rows) == 1 and rows[0]["py"].startswith(f"pystack_workers.py:{block_line()} block ")

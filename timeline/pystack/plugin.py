@@ -53,6 +53,10 @@ RETRY_S = (0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
 VMLIB_EVERY = 0.5     # s between VmLib checks of a Python process (a dlopen of libcudart changes it)
 STATUS_LIMIT = 16384  # bytes of /proc/PID/status read
 UNRESOLVED = "<unresolved>"
+# Distinct stacks symbolized in a recording; past it new stacks keep their ids and
+# samples but their frames are not read (a target making endless new stacks
+# cannot make the recorder read its memory without end).
+MAX_STACKS = 200_000
 
 
 class _Proc:
@@ -358,7 +362,7 @@ class PyStackPlugin(RecorderPlugin):
                 if rec["flags"] & R.PYF_EXEC:
                     self._exec(pid)
                     continue
-                reader = self._reader(pid)
+                reader = self._reader(pid) if self.n_stacks + len(stacks) < MAX_STACKS else None
                 ids = []
                 for code, instr, check in rec["frames"][:depth].tolist():
                     info = reader.resolve(code, check) if reader is not None else None
@@ -410,6 +414,8 @@ class PyStackPlugin(RecorderPlugin):
             pids = list(seen)
             ctx.summary.append(f"pystack: no Python stacks for pid {', '.join(map(str, pids[:5]))}"
                                f"{' ...' if len(pids) > 5 else ''}: {why}")
+        if self.n_stacks >= MAX_STACKS:
+            ctx.summary.append(f"pystack: more than {MAX_STACKS:,} distinct stacks: the later ones were not named")
         if stats["stacks_lost"]:
             ctx.summary.append(f"pystack: {stats['stacks_lost']:,} new stacks found the stack ring full "
                                "(each was sent again when next taken)")

@@ -27,7 +27,8 @@ from .memory import ProcessMemory
 
 MAX_NAME_CHARS = 1024
 MAX_PATH_CHARS = 4096
-MAX_LINETABLE = 1 << 20
+MAX_LINETABLE = 256 << 10  # a 10,000-line module's table is ~40 KiB
+MAX_CODES = 50_000         # code objects cached per process; past it the cache starts over
 NOT_STARTED = 0xFFFFFFFF  # instruction offset of a frame that has not run yet
 M32 = 0xFFFFFFFF
 
@@ -217,5 +218,7 @@ class CodeReader:
                 decode = ranges_310 if self.lay.minor == 10 else ranges_311
                 info = CodeInfo(name, filename, f["firstlineno"], decode(table, f["firstlineno"]))
         if info is not None or (f is not None and f["check"] != check):
+            if len(self.cache) >= MAX_CODES:  # bounded memory: the cache starts over (re-reads cost syscalls only)
+                self.cache.clear()
             self.cache[key] = info  # a reused address is cached as unknown under the old checksum
         return info
