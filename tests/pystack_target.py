@@ -55,6 +55,7 @@ def main():
     mode = sys.argv[1]
     if mode == "park":
         READ_END, n = sys.stdin.fileno(), 1
+        time.sleep(float(os.environ.get("PYSTACK_TARGET_DELAY", "0")))
         print(info(), flush=True)
         mode = "pipe"
     elif mode == "cuda":

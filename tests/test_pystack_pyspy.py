@@ -37,7 +37,8 @@ def test_recorded_stack_matches_pyspy(tmp_path, name):
     rec = subprocess.Popen([sys.executable, "-m", "timeline.cli", "record", "-e", "pystack", "--py-sample-hz", "0",
                             "-o", trace, "--",
                             PYTHONS[name], TARGET, "park"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYSTACK_TARGET_DELAY": "0.3"})  # found before it blocks
     try:
         info = json.loads(rec.stdout.readline())
         dump = subprocess.run([spy, "dump", "--json", "--pid", str(info["pid"])], capture_output=True, text=True,
