@@ -126,6 +126,13 @@ CATALOG: tuple[Check, ...] = (
                 P("error_fraction", 0.30, "... error", hi=1),
                 P("small_copy_bytes", 64, "D2H copies up to this size count as scalar reads (.item())"))),
     Check(
+        "python_hotspots", "Python CPU hot spots on the main thread", ("pystack",),
+        why="The Python functions that keep the main training thread busy on the CPU are the ones that "
+            "delay every step (and leave the GPU waiting when the step is host-bound).",
+        fix="Look at the hottest lines: move per-step Python work (data reshaping, logging, metric "
+            "bookkeeping) off the main thread, vectorize it, or compile it (torch.compile, CUDA graphs).",
+        params=(P("top", 5, "how many functions to list (by self samples)", lo=1),)),
+    Check(
         "host_gpu_gaps", "Host-bound GPU gaps", ("cuda", "gpu_counters"),
         why="GPU idle time while the thread feeding it is busy on the CPU means the GPU waits for Python. "
             "With GPU activity recorded this is each GPU's real idle time; without it, long gaps between "

@@ -20,6 +20,7 @@ from ..rawlog import Damage, RawLogError
 from ..trace_file import format_for, is_gzip_name
 from . import families as _families
 from . import model as _model
+from . import slice_args as _slice_args
 from .model import ItemKind
 from .interface import TraceWriter
 
@@ -83,6 +84,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
             from .chrome.writer import ChromeJsonWriter
             w = ChromeJsonWriter(f, m)
         w.begin()
+        sink = _slice_args.joining(w.sink, m.families)  # families that add args to others' slices
         for item in _model.stream(m, norm, progress, size, total):
             events += item.nrec
             if item.kind is ItemKind.SCHED:
@@ -94,13 +96,13 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
             elif item.kind is ItemKind.RING:
                 for fam in m.families:
                     if item.ring in fam.rings:
-                        fam.emit_ring(w.sink, item.ring, item.recs)
+                        fam.emit_ring(sink, item.ring, item.recs)
             elif item.kind is ItemKind.META:
                 for fam in m.families:
                     if item.meta.get("type") in fam.metas:
-                        fam.emit_meta(w.sink, item.meta)
+                        fam.emit_meta(sink, item.meta)
         for fam in m.families:
-            fam.finish(w.sink)
+            fam.finish(sink)
         w.finish()
         if f is not raw_f:
             f.close()

@@ -41,6 +41,14 @@ class FamilyConverter:
     def finish(self, sink: TrackSink) -> None:
         """After the last block (close open state, emit summaries)."""
 
+    # A converter that adds arguments to thread slices other families write
+    # overrides this (converters/slice_args.py calls it for every bulk or
+    # single thread slice, in pass 2, with pass 1 done).
+    def slice_args(self, ts: np.ndarray, dur: np.ndarray, tid: np.ndarray, name) -> list:
+        """Extra arguments (Columns, `present` where a row has one) for these n
+        thread slices: ts, dur, tid arrays, name a str or a "str" Column."""
+        return []
+
 
 def load(model) -> list[FamilyConverter]:
     out = []

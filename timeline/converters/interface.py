@@ -205,6 +205,13 @@ class TrackSink:
         """Many values of counter `name` under `group`."""
         raise NotImplementedError
 
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames) -> None:
+        """Call stack samples: sample i taken at ts[i] on thread tid[i] of
+        process pid[i] (integer arrays) in callstacks[stack[i]], a sequence of
+        indices into `frames` (innermost first); a frame is (function, file,
+        line).  Perfetto: PerfSample packets (per-thread sample tracks, flame
+        graphs); a format without stacks drops them."""
+
     def finish(self) -> None:
         pass
 

@@ -82,6 +82,7 @@ class PerfettoTrackSink(TrackSink):
         self._first_threads = True  # nothing written on SEQ_ID_THREADS yet
         self._pending = bytearray()  # interned_data entries for the next packet
         self._hex_iids: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # arg key -> (sorted values, iids)
+        self._stacks = None  # stacks.StackSamples, on the first stack_samples
 
     # -- packets
     def _emit(self, ts: int | None, body: bytes) -> None:
@@ -448,6 +449,12 @@ class PerfettoTrackSink(TrackSink):
             out.append(packets.build())
         self._flush_pending()
         self._write_framed(b"".join(out))
+
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames):
+        if self._stacks is None:
+            from .stacks import StackSamples
+            self._stacks = StackSamples(self._write, self._write_framed)
+        self._stacks.write(ts, tid, pid, stack, callstacks, frames)
 
     def counters(self, name, ts, values, pid=None):
         n = len(ts)

@@ -1,0 +1,104 @@
+"""Added cost of Python stacks per synchronizing CUDA call (pystack family).
+
+    sudo python bench/pystack_cost.py [--calls 100000] [--reps 5] [--depth 20] [--python PATH]
+
+A Python target (the interpreter under test) calls NVIDIA's real libcudart
+cudaStreamSynchronize through ctypes `--calls` times from `--depth` nested
+Python frames, timing the loop with perf_counter.  Without a GPU every call
+returns 35 at once: the time is ctypes + the library's entry + the probes.
+Runs alternate, in one invocation: untraced, `-e cuda` (the cuda family
+alone), `-e cuda,pystack` (its probes plus a Python stack per call); `--reps`
+times each; reported are medians in ns per call and what pystack adds over
+the cuda family alone, and the time its BPF programs spent per stack (the
+recording's own count, py_stats: steadier than the target's on a busy host).  The stack repeats, so after the first call each
+costs the walk and one 40-byte record (no new stack to send).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+TARGET = r"""
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+sync = lib.cudaStreamSynchronize
+sync.argtypes = [ctypes.c_void_p]
+n, depth = int(sys.argv[2]), int(sys.argv[3])
+def loop(k):
+    if k:
+        return loop(k - 1)
+    sync(None)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        sync(None)
+    return time.perf_counter() - t0
+time.sleep(float(sys.argv[4]))  # the recorder finds the interpreter and the library
+print("ns_per_call %.1f" % (loop(depth) / n * 1e9))
+"""
+
+
+def libcudart() -> str:
+    import nvidia.cuda_runtime as m  # the nvidia-cuda-runtime-cu12 wheel
+    return os.path.join(list(m.__path__)[0], "lib", "libcudart.so.12")
+
+
+def run(cmd: list[str], env: dict, raw: str | None) -> tuple[float, float | None]:
+    """(ns per call in the target, ns per stack in BPF from the raw log's py_stats, if any)."""
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
+    per_call = float(next(line.split()[1] for line in out.splitlines() if line.startswith("ns_per_call")))
+    walk = None
+    if raw:
+        from timeline.rawlog import KIND_META, RawLogReader
+        with RawLogReader(raw) as r:
+            for blk in r.blocks():
+                meta = blk.json() if blk.kind == KIND_META else {}
+                if meta.get("type") == "py_stats" and meta.get("walks"):
+                    walk = meta["walk_ns"] / meta["walks"]
+    return per_call, walk
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=20, help="Python frames above the call")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter of the target")
+    args = ap.parse_args()
+    lib = libcudart()
+    with tempfile.TemporaryDirectory() as d:
+        target = os.path.join(d, "target.py")
+        with open(target, "w") as f:
+            f.write(TARGET)
+        base = [args.python, target, lib, str(args.calls), str(args.depth)]
+        tl = [sys.executable, "-m", "timeline.cli", "record", "--raw-only", "-o", os.path.join(d, "r.tlraw"),
+              "--cuda-lib", lib]
+        modes = {"untraced": (base + ["0"], {}),
+                 "cuda": (tl + ["-e", "cuda", "--"] + base + ["0.5"], {}),
+                 "cuda+pystack": (tl + ["-e", "cuda,pystack", "--"] + base + ["0.5"], {}),
+                 "  frame by frame": (tl + ["-e", "cuda,pystack", "--"] + base + ["0.5"],
+                                      {"TIMELINE_PYSTACK_NO_CHUNK": "1"})}
+        times: dict[str, list[float]] = {m: [] for m in modes}
+        walks: dict[str, list[float]] = {m: [] for m in modes}
+        raw = os.path.join(d, "r.tlraw")
+        for _ in range(args.reps):
+            for name, (cmd, env) in modes.items():
+                t, w = run(cmd, env, raw if "pystack" in " ".join(cmd) else None)
+                times[name].append(t)
+                if w is not None:
+                    walks[name].append(w)
+    med = {m: statistics.median(v) for m, v in times.items()}
+    print(f"python {args.python}, {args.calls:,} calls x {args.reps} runs, {args.depth} frames deep")
+    for m, v in med.items():
+        inside = f"   BPF: {statistics.median(walks[m]):.0f} ns per stack taken" if walks[m] else ""
+        print(f"  {m:14} {v:8.1f} ns/call   (runs: {', '.join(f'{x:.0f}' for x in times[m])}){inside}")
+    print(f"  cuda probes add     {med['cuda'] - med['untraced']:8.1f} ns/call")
+    print(f"  pystack adds        {med['cuda+pystack'] - med['cuda']:8.1f} ns/call over the cuda family alone")
+    print(f"  ... reading each frame on its own {med['  frame by frame'] - med['cuda']:8.1f} ns/call")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Converting the pystack family's records (no BPF): synthetic raw logs laid
+out as the recorder writes them, read back through trace_processor.
+
+- a stack taken at a cudaStreamSynchronize lands as the `py` arg on the cuda
+  family's slice of that call (same thread, same function, nearest entry),
+  and only there;
+- waits become `wait` slices with their stack;
+- samples become PerfSamples resolving to the frames the recorder named;
+- a malformed META (the raw log is input) costs its contents, never the conversion.
+"""
+import numpy as np
+import pytest
+
+from timeline import events as ev
+from timeline.converters import convert
+from timeline.cuda import records as cuda_records
+from timeline.cuda.probes import BY_NAME, table_meta
+from timeline.pystack import probes
+from timeline.pystack import records as R
+from timeline.trace_processor import open_trace
+from rawlog_factory import T, LogBuilder, end_block
+
+PID, TID, OTHER_TID = 1000, 1000, 1001
+SYNC = BY_NAME["cudaStreamSynchronize"]
+FRAMES = [[0, "inner", "/w/train.py", 12], [1, "step", "/w/train.py", 57], [2, "main", "/w/train.py", 90],
+          [3, "<module>", "/w/train.py", 95], [4, "load", "/w/data.py", 7]]
+STACK_SYNC, STACK_WAIT = 0xABCDEF0123456789, 0x42
+
+
+def _ring(b, ring, dtype, recs):
+    b.header["rings"][str(ring)] = {"name": "x", "record_size": dtype.itemsize, "stride": ev.ring_stride(dtype)}
+    b.blocks.append(("ring", (ring, ev.encode_ring_bytes(recs))))
+
+
+def py_events(rows) -> np.ndarray:
+    a = np.zeros(len(rows), R.PY_EVENT)
+    for i, (kind, ts, dur, sid, tid, cookie) in enumerate(rows):
+        a[i] = (ts, dur, sid, tid, PID, cookie, 0, kind, 0)
+    return a
+
+
+def cuda_calls(rows) -> np.ndarray:
+    a = np.zeros(len(rows), cuda_records.CUDA_EVENT)
+    for i, (ts, dur, tid) in enumerate(rows):
+        a[i]["ts"], a[i]["dur"], a[i]["tid"], a[i]["tgid"] = ts, dur, tid, PID
+        a[i]["cookie"], a[i]["kind"], a[i]["flags"] = SYNC.cookie(), cuda_records.CUDA_CALL, cuda_records.CF_HAS_RET
+        a[i]["ret"] = 35
+    return a
+
+
+def write_log(path, sample_hz=0, metas=None, samples=0):
+    b = LogBuilder()
+    b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
+    b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
+    b.fork(T(3), 0, PID, PID, OTHER_TID, PID, "python3", "python3", thread=True)
+    b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
+    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": sample_hz}
+    b.flush()
+    for m in metas if metas is not None else [
+            {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
+             "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 2, 3]], [PID, f"{STACK_WAIT:x}", R.PYF_TRUNC, [4, 2, 3]]]}]:
+        b.blocks.append(("meta", m))
+    # three syncs on TID; the stacks were taken 3 us before / 2 us after each call's entry
+    calls = [(T(100), 5000, TID), (T(200), 5000, TID), (T(300), 5000, OTHER_TID)]
+    _ring(b, cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, cuda_calls(calls))
+    rows = [(R.PY_CALL, T(100) - 3000, 0, STACK_SYNC, TID, SYNC.id),
+            (R.PY_CALL, T(200) + 2000, 0, STACK_SYNC, TID, SYNC.id),
+            (R.PY_WAIT, T(150), 10_000, STACK_WAIT, TID, 0),
+            (R.PY_WAIT, T(160), 10_000, 0x999, OTHER_TID, 0)]  # a stack never sent: no arg
+    rows += [(R.PY_SAMPLE, T(400) + i * 10_000_000 // max(samples, 1), 0, STACK_SYNC, TID, 0) for i in range(samples)]
+    _ring(b, R.RING_PYSTACK, R.PY_EVENT, py_events(rows))
+    return b.write(str(path), end_block(stop_ts=T(2000)))
+
+
+def query_slices(tp, where):
+    return tp.query(f"""select s.name, s.ts, s.dur, t.tid, extract_arg(s.arg_set_id, 'debug.py') as py
+                        from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
+                        where {where} order by s.ts""").rows
+
+
+def test_stack_on_the_call_slice_and_wait_slices(tmp_path):
+    raw = write_log(tmp_path / "a.tlraw")
+    out = str(tmp_path / "a.pftrace")
+    convert(raw, out)
+    with open_trace(out) as tp:
+        syncs = query_slices(tp, "s.name = 'cudaStreamSynchronize'")
+        text = "train.py:12 inner \u2190 train.py:57 step \u2190 train.py:90 main \u2190 train.py:95 <module>"
+        assert [(r[3], r[4]) for r in syncs] == [(TID, text), (TID, text), (OTHER_TID, None)]
+        waits = query_slices(tp, "s.name = 'wait' and s.category = 'python'")
+        assert [(r[1], r[2], r[3]) for r in waits] == [(T(150), 10_000, TID), (T(160), 10_000, OTHER_TID)]
+        assert waits[0][4] == "data.py:7 load \u2190 train.py:90 main \u2190 train.py:95 <module> \u2190 " \
+                             "<more than 64 frames>"
+        assert waits[1][4] == "?"
+        # sampling off: the stacks at calls and waits are the samples
+        n = tp.query("select count(*) from perf_sample").rows[0][0]
+        assert n == 3
+
+
+def test_cpu_samples_are_the_perf_samples_when_sampling_was_on(tmp_path):
+    raw = write_log(tmp_path / "b.tlraw", sample_hz=99, samples=500)
+    out = str(tmp_path / "b.pftrace")
+    convert(raw, out)
+    with open_trace(out) as tp:
+        rows = tp.query("""select count(*), count(distinct callsite_id) from perf_sample ps join thread using (utid)
+                           where thread.tid = 1000""").rows
+        assert rows == [(500, 1)]
+        leaf = tp.query("""select f.name from perf_sample ps join stack_profile_callsite c on c.id = ps.callsite_id
+                           join stack_profile_frame f on f.id = c.frame_id limit 1""").rows
+        assert leaf == [("inner (train.py:12)",)]
+    json_out = str(tmp_path / "b.json")
+    convert(raw, json_out)  # Chrome JSON: the args and slices, the samples dropped
+    with open_trace(json_out) as tp:
+        assert len(query_slices(tp, "s.name = 'wait'")) == 2
+
+
+@pytest.mark.parametrize("meta", [
+    {"type": "py_stacks", "frames": "nope", "stacks": 5},
+    {"type": "py_stacks", "frames": [[0, "f", "x.py"], ["a", 1, 2, 3], [1, None, None, "7"]],
+     "stacks": [[PID, "zz", 0, [0]], [PID, "42", "x", "not a list"], ["pid", "42", 0, [0]], [PID, "42", 0, [0, 9, "x"]]]},
+    {"type": "py_stacks"},
+])
+def test_malformed_metas_cost_only_their_contents(tmp_path, meta):
+    raw = write_log(tmp_path / "c.tlraw", metas=[meta])
+    out = str(tmp_path / "c.pftrace")
+    convert(raw, out)
+    with open_trace(out) as tp:
+        assert len(query_slices(tp, "s.name = 'cudaStreamSynchronize'")) == 3
+        assert len(query_slices(tp, "s.name = 'wait'")) == 2

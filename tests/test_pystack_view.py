@@ -1,0 +1,80 @@
+"""What the bundled Perfetto UI (v52) shows of Python stacks, in headless
+Chromium: the flame graph of the recorded process's CPU samples, and the
+`py` arg of a CUDA synchronization.  Screenshots go to $TIMELINE_SCREENSHOT_DIR
+(docs/img/) if set."""
+import os
+import shutil
+import tempfile
+import time
+
+import pytest
+
+from helpers import REPO, require_root, timeline_cmd
+from pystack_pythons import PYTHONS
+from test_cuda_record import real_cudart
+from test_view import Browser, Viewer
+
+DEMO = os.path.join(REPO, "tests", "pystack_demo.py")
+PYTHON = next((PYTHONS[n] for n in ("pyenv-3.12", "pyenv-3.11", "pyenv-3.13", "debian-3.11", "pyenv-3.10")
+               if n in PYTHONS), None)
+
+
+def line(text: str) -> int:
+    return next(i for i, t in enumerate(open(DEMO), 1) if text in t)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    require_root()
+    if PYTHON is None:
+        pytest.skip("no supported CPython here")
+    trace = str(tmp_path_factory.mktemp("pystack-view") / "demo.pftrace")
+    cp = timeline_cmd("record", "-e", "sched,cuda,pystack", "--cuda-lib", real_cudart(), "-o", trace, "--",
+                      PYTHON, DEMO, real_cudart())
+    assert cp.returncode == 0, cp.stderr
+    return trace
+
+
+def shoot(browser, tmp_path, name):
+    shot = str(tmp_path / name)
+    browser.screenshot(shot)
+    if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+        shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+    assert os.path.getsize(shot) > 10_000
+
+
+def test_flame_graph_and_sync_stack_in_the_ui(demo, tmp_path):
+    v = Viewer(demo)
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                     mobile=False)
+        browser.call("Page.navigate", url=v.url)
+        # v52 selects the process's callstacks on load: the flame graph of its
+        # samples (drawn on a canvas: look at the screenshot)
+        txt = browser.wait_for_text(["Perf Sample Flamegraph", "Callstacks"], 90)
+        time.sleep(1.5)
+        assert "Area Selection" in txt and "Perf Sample Flamegraph" in txt, txt[-3000:]
+        shoot(browser, tmp_path, "python-stacks-flamegraph.png")
+
+        # find a synchronization: its details carry the Python stack it was called from
+        browser.call("Runtime.evaluate", expression="document.querySelector('.pf-omnibox input').focus()")
+        browser.call("Input.insertText", text="cudaStreamSynchronize")
+        time.sleep(0.5)
+        for kind in ("keyDown", "keyUp"):
+            browser.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
+                         **({"text": "\r"} if kind == "keyDown" else {}))
+        want = (f"pystack_demo.py:{line('SYNC(None)  # loss.item()')} train_step \u2190 "
+                f"pystack_demo.py:{line('x = train_step(x)')} main \u2190 ")
+        txt = browser.wait_for_text(["cudaStreamSynchronize", want], 60)
+        assert want in txt, txt[-3000:]
+        browser.call("Runtime.evaluate", expression="""
+            for (const e of document.querySelectorAll('*'))
+                if (e.scrollHeight > e.clientHeight + 10 && e.innerText.includes('Arguments')
+                    && getComputedStyle(e).overflowY !== 'visible')
+                    e.scrollTop = e.scrollHeight;""")
+        time.sleep(0.5)
+        shoot(browser, tmp_path, "python-stacks-sync-arg.png")
+    finally:
+        browser.close()
+        v.stop()

@@ -1,0 +1,210 @@
+"""Converter of the `pystack` family: where in the Python program it happened.
+
+Pass 1 learns the stacks (py_stacks META blocks: frames symbolized by the
+recorder) and keeps the records: stacks at CUDA calls (per thread, by
+time) and waits.  Pass 2 writes:
+- a slice per wait ("wait", category "python") on the thread, its Python
+  stack as arg `py`: "train.py:57 step <- train.py:90 main", innermost first;
+- the same arg on the CUDA call slices the cuda family writes, joined by
+  thread, function and entry time (slice_args, converters/slice_args.py);
+- the CPU samples (--py-sample-hz) as stack samples (TrackSink.stack_samples:
+  Perfetto PerfSample packets with interned frames and callstacks: per-thread
+  sample tracks, a flame graph for an area); with sampling off, the stacks
+  taken at calls and waits instead.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..converters.families import FamilyConverter
+from ..converters.interface import Column
+from . import records as R
+
+WAIT_NAME, CATEGORY = "wait", "python"
+ARG = "py"
+ARG_FRAMES = 8          # frames named in the `py` arg; more are "..."
+JOIN_SLACK_NS = 500_000  # a stack and the call slice it belongs to start this close (same uprobe hit; a
+                         # thread's first walk, cold, took 30 us)
+UNKNOWN_STACK = "?"
+TRUNCATED = f"<more than {R.PY_MAX_FRAMES} frames>"
+
+
+class PyStackConverter(FamilyConverter):
+    rings = (R.RING_PYSTACK,)
+    metas = ("py_stacks", "py_procs", "py_stats")
+
+    def __init__(self, model):
+        super().__init__(model)
+        # The raw log is input like any other: anything malformed is skipped, never fatal.
+        head = model.header.get("pystack")
+        table = head.get("probes") if isinstance(head, dict) else None
+        self.probe_names = {int(k): str(v) for k, v in table.items()
+                            if str(k).isdigit()} if isinstance(table, dict) else {}
+        hz = head.get("sample_hz") if isinstance(head, dict) else None
+        self.sample_hz = hz if isinstance(hz, int) else 0
+        self.frames: list[tuple[str, str, int]] = []
+        self.frame_at: dict[int, int] = {}          # index in the log -> index in self.frames
+        self.stacks: dict[tuple[int, int], int] = {}  # (pid, stack id) -> index in self.callstacks
+        self.callstacks: list[tuple[int, ...]] = []
+        self.texts: dict[int, str] = {}             # callstack index -> `py` arg
+        self._calls: list[np.ndarray] = []
+        self._trunc_frame: int | None = None
+        self._keys: tuple[np.ndarray, np.ndarray] | None = None  # self.stacks as a sorted table
+        self._by_key: np.ndarray | None = None
+        self._fn_ids = {n: i for i, n in enumerate(sorted(set(self.probe_names.values()))[:255])}  # function -> small id
+
+    # -- pass 1 ---------------------------------------------------------------
+    def scan_meta(self, meta: dict) -> None:
+        if meta.get("type") != "py_stacks":
+            return
+        frames, stacks = meta.get("frames"), meta.get("stacks")
+        for item in frames if isinstance(frames, list) else ():
+            if isinstance(item, list) and len(item) == 4 and isinstance(item[0], int):
+                idx, fn, path, line = item
+                self.frame_at[idx] = len(self.frames)
+                self.frames.append((str(fn), str(path), line if isinstance(line, int) else 0))
+        for item in stacks if isinstance(stacks, list) else ():
+            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], int)):
+                continue
+            pid, sid, _flags, ids = item
+            try:
+                key = (pid, int(str(sid), 16))
+            except ValueError:
+                continue
+            if not isinstance(ids, list):
+                continue
+            frames = tuple(self.frame_at[i] for i in ids if isinstance(i, int) and i in self.frame_at)
+            if isinstance(_flags, int) and _flags & R.PYF_TRUNC:  # deeper than the walk goes: say so at the root
+                frames += (self._truncated(),)
+            self.stacks[key] = len(self.callstacks)
+            self.callstacks.append(frames)
+
+    def _truncated(self) -> int:
+        if self._trunc_frame is None:
+            self._trunc_frame = len(self.frames)
+            self.frames.append((TRUNCATED, "", 0))
+        return self._trunc_frame
+
+    def scan_ring(self, ring: int, recs: np.ndarray) -> None:
+        calls = recs[recs["kind"] == R.PY_CALL]
+        if calls.size:
+            self._calls.append(calls)
+
+    # -- stacks ---------------------------------------------------------------
+    def _stack_index(self, pids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Callstack index per record, -1 where the stack is unknown (none taken, or lost):
+        a sorted-table lookup, no Python step per record (samples come by the million)."""
+        if self._keys is None or self._keys[0].size != len(self.stacks):
+            k = np.array(list(self.stacks), dtype=[("pid", "<i8"), ("id", "<u8")]).reshape(-1)
+            v = np.fromiter(self.stacks.values(), np.int64, len(self.stacks))
+            o = np.argsort(k, order=("pid", "id"))
+            self._keys = (k[o], v[o])
+        keys, vals = self._keys
+        out = np.full(len(ids), -1, np.int64)
+        if not keys.size:
+            return out
+        q = np.zeros(len(ids), keys.dtype)
+        q["pid"], q["id"] = pids, ids
+        pos = np.minimum(np.searchsorted(keys, q), keys.size - 1)
+        hit = keys[pos] == q
+        out[hit] = vals[pos[hit]]
+        return out
+
+    def _text(self, s: int) -> str:
+        if s < 0:
+            return UNKNOWN_STACK
+        t = self.texts.get(s)
+        if t is None:
+            parts = []
+            frames = self.callstacks[s]
+            for i in frames[:ARG_FRAMES]:
+                fn, path, line = self.frames[i]
+                parts.append(f"{os.path.basename(path)}:{line} {fn}" if path else fn)
+            if len(frames) > ARG_FRAMES:
+                parts.append("...")
+                if self._trunc_frame is not None and frames[-1] == self._trunc_frame:
+                    parts.append(TRUNCATED)
+            t = self.texts[s] = " \u2190 ".join(parts) or UNKNOWN_STACK
+        return t
+
+    def _arg(self, idx: np.ndarray, stacks: np.ndarray, n: int) -> Column:
+        """The `py` column for rows idx of n, from their callstack indices."""
+        uniq, inv = np.unique(stacks, return_inverse=True)
+        values = np.zeros(n, np.intp)
+        values[idx] = inv.ravel()
+        present = np.zeros(n, bool)
+        present[idx] = True
+        return Column(ARG, "str", values, [self._text(int(s)) for s in uniq.tolist()], present)
+
+    # -- pass 2 ---------------------------------------------------------------
+    def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
+        has = recs["stack_id"] != 0
+        stacks = np.full(recs.size, -1, np.int64)
+        if has.any():
+            stacks[has] = self._stack_index(recs["tgid"][has].astype(np.int64), recs["stack_id"][has])
+        waits = np.flatnonzero(recs["kind"] == R.PY_WAIT)
+        if waits.size:
+            w = recs[waits]
+            sink.slices(w["ts"], w["dur"], w["tid"], w["tgid"], WAIT_NAME, CATEGORY,
+                        [self._arg(np.arange(waits.size), stacks[waits], waits.size)])
+        # The samples: CPU samples when the recording took them (an area's flame
+        # graph is then where the CPU time went), else the stacks at calls and waits.
+        kinds = recs["kind"] == (R.PY_SAMPLE if self.sample_hz else R.PY_CALL)
+        if not self.sample_hz:
+            kinds |= recs["kind"] == R.PY_WAIT
+        known = np.flatnonzero((stacks >= 0) & kinds)
+        if known.size and self.callstacks:
+            r = recs[known]
+            sink.stack_samples(r["ts"], r["tid"], r["tgid"], stacks[known], self.callstacks, self.frames)
+
+    def slice_args(self, ts, dur, tid, name) -> list:
+        """`py` on the CUDA call slices whose stack was taken at their entry:
+        same thread, same function, the nearest entry time within JOIN_SLACK_NS
+        (both programs run on the one uprobe hit, in either order)."""
+        calls = self._call_index()
+        if calls is None:
+            return []
+        if isinstance(name, str):
+            fn = np.full(len(ts), self._fn_ids.get(name, -1), np.int64)
+        else:
+            fn = np.array([self._fn_ids.get(s, -1) for s in name.strings], np.int64)[np.asarray(name.values)]
+        rows = np.flatnonzero(fn >= 0)
+        if not rows.size:
+            return []
+        t = np.asarray(ts, np.int64)[rows]
+        keys = (np.asarray(tid, np.int64)[rows] << 8) | fn[rows]
+        # (key, time) pairs as one sortable int: times ranked among the calls' and these rows'
+        ranks = np.unique(np.concatenate([calls["ts"], t]), return_inverse=True)[1].ravel()
+        c_code = (calls["key"] << 32) | ranks[:calls.size]
+        r_code = (keys << 32) | ranks[calls.size:]
+        pos = np.searchsorted(c_code, r_code)
+        best = np.full(rows.size, -1, np.int64)
+        best_dt = np.full(rows.size, JOIN_SLACK_NS + 1, np.int64)
+        for cand in (pos - 1, pos):
+            ok = (cand >= 0) & (cand < calls.size)
+            c = np.clip(cand, 0, max(calls.size - 1, 0))
+            dt = np.abs(calls["ts"][c] - t)
+            better = ok & (calls["key"][c] == keys) & (dt < best_dt) & (calls["stack"][c] >= 0)
+            best[better], best_dt[better] = c[better], dt[better]
+        hit = best >= 0
+        if not hit.any():
+            return []
+        return [self._arg(rows[hit], calls["stack"][best[hit]], len(ts))]
+
+    def _call_index(self) -> np.ndarray | None:
+        """The stacks taken at calls, sorted by (thread, function, time): key
+        (tid << 8 | function), ts, callstack index; None when there are none."""
+        if self._by_key is None and self._calls:
+            c = np.concatenate(self._calls)
+            fn = np.array([self._fn_ids.get(self.probe_names.get(int(k), ""), -1) for k in c["cookie"].tolist()],
+                          np.int64)
+            c, fn = c[fn >= 0], fn[fn >= 0]
+            rows = np.zeros(c.size, [("key", "<i8"), ("ts", "<i8"), ("stack", "<i8")])
+            rows["key"] = (c["tid"].astype(np.int64) << 8) | fn
+            rows["ts"] = c["ts"]
+            rows["stack"] = self._stack_index(c["tgid"].astype(np.int64), c["stack_id"])
+            self._by_key = rows[np.lexsort((rows["ts"], rows["key"]))] if rows.size else None
+            self._calls = []
+        return self._by_key

@@ -1,0 +1,430 @@
+"""Recorder plugin of the `pystack` family.
+
+- Each recorded process is looked at once per image (fork or exec, from
+  ctx.processes): is it a CPython we can walk (interpreter.py)?  If so its
+  layout goes into the py_procs map and BPF starts taking its stacks; a
+  forked child gets its parent's entry in BPF at once (tl_py_fork).  A
+  process whose interpreter is not mapped yet (the dynamic loader is still
+  at work right after exec) is looked at again a few times.
+- CUDA runtime and NCCL libraries get the tl_py_call uprobe on their
+  synchronizing calls (probes.py): the copies the target will likely load
+  (the cuda family's discovery), --cuda-lib, and copies that show up in a
+  Python process's mappings later (re-read when its VmLib changes).
+- A thread of its own waits on the py_stacks ring (BPF wakes it for each new
+  distinct stack) and symbolizes at once, while the code objects live:
+  process_vm_readv of the code objects (symbolize.py), written to the raw
+  log as META blocks, so conversion needs no live process.
+
+Raw log META blocks written here:
+  {"type": "py_stacks", "ts", "frames": [[index, function, file, line]...],
+   "stacks": [[pid, "stack id (hex)", flags, [frame index, innermost first]]...]}
+  {"type": "py_procs", "ts", "processes": [{pid, path, version}]}
+  {"type": "py_stats", "ts", walks, no_state, ...}
+"""
+from __future__ import annotations
+
+import os
+import select
+import struct
+import threading
+import time
+
+import numpy as np
+
+from .. import safe_input
+from ..cuda import discovery as dsc
+from ..cuda.probes import NCCL, RUNTIME
+from ..cuda.symbols import ElfSymbols
+from ..libbpf import BPFError
+from ..recorder_plugins import RecorderContext, RecorderPlugin
+from ..registry import options_of
+from ..ring_reader import RingReader
+from . import attach, interpreter, probes
+from . import records as R
+from .memory import ProcessMemory
+from .sampling import Sampler
+from .symbolize import CodeReader
+
+STATS = ("walks", "no_state", "no_frame", "truncated", "faults", "stacks", "stacks_lost", "waits",
+         "short_waits", "walk_ns", "frames")  # pystack.bpf.c ST_*
+# looks at a process whose interpreter is not mapped yet (the dynamic loader maps libpython
+# within a millisecond or two of exec); a non-Python process costs these few reads
+RETRY_S = (0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+VMLIB_EVERY = 0.5     # s between VmLib checks of a Python process (a dlopen of libcudart changes it)
+STATUS_LIMIT = 16384  # bytes of /proc/PID/status read
+UNRESOLVED = "<unresolved>"
+# Distinct stacks symbolized in a recording; past it new stacks keep their ids and
+# samples but their frames are not read (a target making endless new stacks
+# cannot make the recorder read its memory without end).
+MAX_STACKS = 200_000
+
+
+class _Proc:
+    __slots__ = ("gen", "interp", "reader", "tries", "next_try", "status_fd", "vmlib", "next_vmlib", "done")
+
+    def __init__(self, gen: int):
+        self.gen, self.interp, self.reader = gen, None, None
+        self.tries, self.next_try, self.done = 0, 0.0, False
+        self.status_fd, self.vmlib, self.next_vmlib = -1, None, 0.0
+
+    def close(self) -> None:
+        if self.status_fd >= 0:
+            os.close(self.status_fd)
+            self.status_fd = -1
+
+
+class PyStackPlugin(RecorderPlugin):
+    family = "pystack"
+
+    def __init__(self, cfg, options):
+        super().__init__(cfg, options)
+        self.user = cfg.target_user  # whom the target runs as: its files are opened as them
+        self.finder = interpreter.Finder(self.user)
+        self.lock = threading.RLock()             # self.procs: consumer thread and stack thread
+        self.procs: dict[int, _Proc] = {}
+        self.live: dict[int, int] | None = None
+        self.found: dict[int, dict] = {}          # walkable processes by pid, for the META and the summary
+        self.unsupported: dict[str, dict] = {}    # why -> {pid: True}
+        self.libs: set[tuple[int, int]] = set()   # (st_dev, inode) of libraries probed or found wanting
+        self.mapped_libs: set[tuple[str, int]] = set()  # (maps device, inode) of libraries seen mapped
+        self.lib_paths: list[str] = []
+        self.lib_errors: list[str] = []
+        self.frame_ids: dict[tuple[str, str, int], int] = {}
+        self.gen = 0                              # py_procs entries written (their `gen`)
+        self.code_free: dict[tuple[str, int], bool] = {}  # interpreter file -> code_dealloc probed
+        self.n_stacks = 0
+        self.n_unresolved = 0
+        self.obj = None
+        self.reader: RingReader | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # _scan wakes the stack thread
+        self._ctx: RecorderContext | None = None
+        self.error: str | None = None
+        self.sampler: Sampler | None = None
+        self.sample_error: str | None = None
+
+    # -- hooks ----------------------------------------------------------------
+    def header(self) -> dict:
+        return {"pystack": {"probes": probes.table(), "max_frames": R.PY_MAX_FRAMES,
+                            "sample_hz": self.options.py_sample_hz}}
+
+    def before_launch(self, ctx: RecorderContext) -> None:
+        self._ctx = ctx
+        self.obj = ctx.session.objects["pystack"]
+        # TIMELINE_PYSTACK_NO_CHUNK=1: read each frame on its own (bench/pystack_cost.py compares)
+        settings = struct.pack("<QI4x", self.options.py_wait_min_us * 1000,
+                               int(os.environ.get("TIMELINE_PYSTACK_NO_CHUNK", "0") == "1"))
+        self.obj.map("py_settings").update(struct.pack("<I", 0), settings)
+        stacks = self.obj.map("py_stacks")
+        self.reader = RingReader(stacks.fd, stacks.max_entries, R.PY_STACK)
+        self._thread = threading.Thread(target=self._stack_loop, args=(stacks.fd,), name="timeline-pystack",
+                                        daemon=True)
+        self._thread.start()
+        paths = list(options_of(self.cfg, "cuda").cuda_libs) if "cuda" in ctx.session.objects else []
+        if self.cfg.command:
+            paths += [p for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"))
+                      if dsc.lib_api(p) in (RUNTIME, NCCL)]
+        for p in paths:
+            self._attach_lib(os.path.abspath(p), dsc.file_key(p))
+        if self.options.py_sample_hz:
+            self.sampler = Sampler(self.obj, self.options.py_sample_hz)
+            self.sample_error = self.sampler.start()
+
+    def on_target(self, ctx: RecorderContext) -> None:
+        self._scan(ctx)
+
+    def tick(self, ctx: RecorderContext) -> None:
+        self._scan(ctx)
+
+    def stop(self, ctx: RecorderContext) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+        self._scan(ctx)
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join()
+        self._drain_stacks()  # the last ones: their processes may be gone (then unresolved)
+        if self.reader is not None:
+            self.reader.close()
+        with self.lock:
+            for st in self.procs.values():
+                st.close()
+        os.close(self._wake_fd)
+        stats = self._stats()
+        ctx.write_meta({"type": "py_stats", "ts": ctx.now_ns(), **stats, "unresolved_frames": self.n_unresolved})
+        self._summary(ctx, stats)
+
+    # -- processes --------------------------------------------------------------
+    # The consumer thread (tick) only notes new process images; the stack
+    # thread looks at them, so a slow look (an ELF file parsed, a maps file
+    # read as the user: a fork) never delays draining the rings.
+    def _scan(self, ctx: RecorderContext) -> None:
+        live = ctx.processes
+        if live is self.live:
+            return
+        new = False
+        with self.lock:
+            self.live = live
+            for pid in [p for p in self.procs if p not in live]:
+                self._forget(pid)
+            for pid, gen in live.items():
+                st = self.procs.get(pid)
+                if st is not None and st.gen == -1:  # looked at after its exec, before we knew its image
+                    st.gen = gen
+                elif st is None or st.gen != gen:
+                    if st is not None:
+                        self._forget(pid)
+                    self.procs[pid] = _Proc(gen)
+                    new = True
+        if new:
+            self._wake()
+
+    def _wake(self) -> None:
+        os.eventfd_write(self._wake_fd, 1)
+
+    def _exec(self, pid: int) -> None:
+        """Stack thread: BPF saw a recorded process exec; look at its new image now."""
+        with self.lock:
+            if pid in self.procs:
+                self._forget(pid, bpf=False)  # BPF dropped the entry itself
+            self.procs[pid] = _Proc(-1)
+            self.found.pop(pid, None)  # its old image (the recorder's own fork, before it exec'd the command)
+
+    def _due(self, now: float) -> float:
+        """Stack thread: the looks that are due; returns when the next one is."""
+        nxt = now + 0.2
+        with self.lock:
+            for pid, st in list(self.procs.items()):
+                if not st.done:
+                    if now >= st.next_try:
+                        self._look(pid, st, now)
+                    if not st.done:
+                        nxt = min(nxt, st.next_try)
+                elif st.interp is not None:
+                    if now >= st.next_vmlib:
+                        self._watch_libs(pid, st, now)
+                    nxt = min(nxt, st.next_vmlib)
+        return nxt
+
+    def _forget(self, pid: int, bpf: bool = True) -> None:
+        st = self.procs.pop(pid, None)
+        if st is not None:
+            st.close()
+            if st.interp is not None and bpf:
+                try:
+                    self.obj.map("py_procs").delete(struct.pack("<I", pid))
+                except BPFError:
+                    pass
+
+    def _look(self, pid: int, st: _Proc, now: float) -> None:
+        """Is pid a walkable CPython?  Writes its py_procs entry if so."""
+        maps = interpreter.read_maps(pid, self.user)
+        if maps is None:  # gone (or not ours to read)
+            st.done = True
+            return
+        try:
+            it = self.finder.find(pid, maps)
+        except interpreter.NotPython:
+            st.tries += 1
+            st.done = st.tries > len(RETRY_S)
+            if not st.done:
+                st.next_try = now + RETRY_S[st.tries - 1]
+            return
+        except interpreter.Unsupported as e:
+            st.done = True
+            self.unsupported.setdefault(str(e), {})[pid] = True  # looked at twice (exec, then listed): once
+            return
+        st.done = True
+        st.interp = it
+        st.reader = CodeReader(ProcessMemory(pid), it.layout, it.code_type)
+        self.gen += 1
+        try:
+            config = it.layout.bpf_config(it.runtime, self.gen, self._probe_code_free(pid, it))
+            self.obj.map("py_procs").update(struct.pack("<I", pid), config)
+        except (BPFError, ValueError) as e:
+            self.unsupported.setdefault(f"{it.path}: {e}", {})[pid] = True
+            st.interp = None
+            return
+        found = {"pid": pid, "path": it.path, "version": ".".join(map(str, it.version))}
+        self.found[pid] = found  # a pid's last image (the launcher before its exec was one too)
+        if self._ctx is not None:
+            self._ctx.write_meta({"type": "py_procs", "ts": self._ctx.now_ns(), "processes": [found]})
+        self._attach_maps(pid, maps)
+        st.next_vmlib = now + VMLIB_EVERY
+
+    def _watch_libs(self, pid: int, st: _Proc, now: float) -> None:
+        """A CUDA library dlopen()ed since we looked changes VmLib: look at the maps again."""
+        st.next_vmlib = now + VMLIB_EVERY
+        try:
+            if st.status_fd < 0:
+                st.status_fd = safe_input.open_input(f"/proc/{pid}/status", self.user)
+            raw = safe_input.read_fd(st.status_fd, STATUS_LIMIT)
+        except OSError:
+            st.next_vmlib = float("inf")
+            return
+        i = raw.find(b"\nVmLib:")
+        vmlib = raw[i + 7: raw.find(b"kB", i)].strip() if i >= 0 else b""
+        if vmlib == st.vmlib:
+            return
+        first = st.vmlib is None
+        st.vmlib = vmlib
+        if not first:
+            maps = interpreter.read_maps(pid, self.user)
+            if maps is not None:
+                self._attach_maps(pid, maps)
+
+    def _probe_code_free(self, pid: int, it) -> bool:
+        """Is code_dealloc of this interpreter's file probed (attached now if not)?
+        Then BPF may cache code objects' checksums (py_codes)."""
+        if it.code_free is None:
+            return False
+        ok = self.code_free.get(it.file_key)
+        if ok is None:
+            path = dsc.process_path(pid, it.path, it.file_key[1])
+            try:
+                self.obj.attach_uprobe("tl_py_code_free", path, offset=it.code_free)
+                ok = True
+            except BPFError:
+                ok = False
+            self.code_free[it.file_key] = ok
+        return ok
+
+    # -- CUDA libraries -----------------------------------------------------------
+    def _attach_maps(self, pid: int, maps) -> None:
+        for m in maps:
+            if dsc.lib_api(m.path) not in (RUNTIME, NCCL) or (m.dev, m.inode) in self.mapped_libs:
+                continue
+            self.mapped_libs.add((m.dev, m.inode))
+            path = dsc.process_path(pid, m.path, m.inode)
+            self._attach_lib(path, dsc.file_key(path))
+
+    def _attach_lib(self, path: str, key) -> None:
+        if key is None or key in self.libs:
+            return
+        self.libs.add(key)
+        try:
+            fd = safe_input.open_input(path, self.user)
+        except OSError as e:
+            self.lib_errors.append(f"{path}: {e.strerror}")
+            return
+        try:
+            offsets = ElfSymbols(safe_input.fd_name(fd)).exports(p.name for p in probes.STACK_PROBES)
+        except Exception as e:  # not an ELF file we can read
+            self.lib_errors.append(f"{path}: {e}")
+            return
+        finally:
+            os.close(fd)
+        plan, seen = [], set()
+        for p in probes.STACK_PROBES:
+            off = offsets.get(p.name)
+            if off is not None and off not in seen:
+                seen.add(off)
+                plan.append((off, p.id))
+        if not plan:
+            return
+        errors = attach.attach(self.obj, path, plan)
+        if errors and len(errors) == len(plan):
+            self.lib_errors.append(f"{path}: {errors[0]}")
+        else:
+            self.lib_paths.append(path)
+
+    # -- stacks ---------------------------------------------------------------------
+    def _stack_loop(self, fd: int) -> None:
+        ep = select.epoll()
+        try:
+            ep.register(fd, select.EPOLLIN)
+            ep.register(self._wake_fd, select.EPOLLIN)
+            timeout = 0.0
+            while not self._stop.is_set():
+                for f, _ in ep.poll(timeout):
+                    if f == self._wake_fd:
+                        os.eventfd_read(self._wake_fd)
+                self._drain_stacks()
+                now = time.monotonic()
+                timeout = max(self._due(now) - now, 0.0)
+        except Exception as e:  # never the recording's end: said in the summary
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            ep.close()
+
+    def _drain_stacks(self) -> None:
+        data = self.reader.drain() if self.reader is not None else b""
+        if not data:
+            return
+        n = len(data) // self.reader.stride
+        recs = np.ndarray((n,), R.PY_STACK, buffer=data, offset=8, strides=(self.reader.stride,))
+        new_frames, stacks = [], []
+        with self.lock:
+            for rec in recs:
+                pid, depth = int(rec["tgid"]), min(int(rec["depth"]), R.PY_MAX_FRAMES)
+                if rec["flags"] & R.PYF_EXEC:
+                    self._exec(pid)
+                    continue
+                reader = self._reader(pid) if self.n_stacks + len(stacks) < MAX_STACKS else None
+                ids = []
+                for code, instr, check in rec["frames"][:depth].tolist():
+                    info = reader.resolve(code, check) if reader is not None else None
+                    if info is None:
+                        self.n_unresolved += 1
+                        key = (UNRESOLVED, "", 0)
+                    else:
+                        key = (info.name, info.filename, info.line(instr))
+                    idx = self.frame_ids.get(key)
+                    if idx is None:
+                        idx = self.frame_ids[key] = len(self.frame_ids)
+                        new_frames.append([idx, *key])
+                    ids.append(idx)
+                stacks.append([pid, f"{int(rec['stack_id']):x}", int(rec["flags"]), ids])
+        self.n_stacks += len(stacks)
+        if self._ctx is not None and stacks:
+            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "frames": new_frames,
+                                  "stacks": stacks})
+
+    def _reader(self, pid: int) -> CodeReader | None:
+        st = self.procs.get(pid)
+        if st is None:  # a forked child BPF walks already (its parent's entry)
+            st = self.procs[pid] = _Proc(-1)
+        if not st.done:  # look at it now: its code objects must be read while they live
+            self._look(pid, st, time.monotonic())
+        return st.reader
+
+    # -- end ----------------------------------------------------------------------
+    def _stats(self) -> dict:
+        out = dict.fromkeys(STATS, 0)
+        try:
+            m = self.obj.map("py_stats")
+            ncpu = self._ctx.session.ncpu
+            for i, name in enumerate(STATS):
+                raw = m.lookup(struct.pack("<I", i), 8 * ncpu)
+                out[name] = int(np.frombuffer(raw, "<u8").sum()) if raw else 0
+        except (BPFError, AttributeError):
+            pass
+        return out
+
+    def _summary(self, ctx: RecorderContext, stats: dict) -> None:
+        versions = sorted({f"{f['version']} ({os.path.basename(f['path'])})" for f in self.found.values()})
+        if self.found:
+            n = len(self.found)
+            ctx.summary.append(f"pystack: {n} Python process{'es' if n > 1 else ''}, CPython {', '.join(versions)}: "
+                               f"{self.n_stacks:,} distinct stacks from {stats['walks']:,} walks"
+                               + (f", {self.n_unresolved:,} frames unresolved" if self.n_unresolved else ""))
+        for why, seen in sorted(self.unsupported.items()):
+            pids = list(seen)
+            ctx.summary.append(f"pystack: no Python stacks for pid {', '.join(map(str, pids[:5]))}"
+                               f"{' ...' if len(pids) > 5 else ''}: {why}")
+        if self.n_stacks >= MAX_STACKS:
+            ctx.summary.append(f"pystack: more than {MAX_STACKS:,} distinct stacks: the later ones were not named")
+        if stats["stacks_lost"]:
+            ctx.summary.append(f"pystack: {stats['stacks_lost']:,} new stacks found the stack ring full "
+                               "(each was sent again when next taken)")
+        for err in self.lib_errors[:3]:
+            ctx.summary.append(f"pystack: warning: no stack probes on {err}")
+        if self.error:
+            ctx.summary.append(f"pystack: warning: symbolizing stopped: {self.error}")
+        if self.sample_error:
+            ctx.summary.append(f"pystack: warning: no CPU samples ({self.sample_error})")
+
+
+__all__ = ["PyStackPlugin"]

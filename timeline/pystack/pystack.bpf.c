@@ -1,0 +1,729 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Python call stacks of the recorded threads (the `pystack` family).
+ *
+ * Where a stack is taken:
+ *   tl_py_call    uprobe on CUDA synchronizing calls (attached by the plugin,
+ *                 cookie = the cuda family's probe id): one TL_PY_CALL record.
+ *   tl_py_switch  sched_switch: a recorded thread that blocks (S or D) has
+ *                 its stack taken; when it runs again one TL_PY_WAIT record
+ *                 covers the wait (if it lasted min_wait_ns).
+ *
+ * How: the process's interpreter layout is in py_procs (the plugin fills it
+ * from the CPython version, timeline/pystack/layouts.py).  The thread's
+ * PyThreadState is found by walking _PyRuntime.interpreters.head ->
+ * threads.head -> next, matching tstate->thread_id (pthread_self(), which
+ * on x86-64 is the thread's fs base) against the current task's fs base,
+ * and cached per tid (checked with one read).  Its frames are walked
+ * innermost first, recording per frame (code object, instruction offset,
+ * identity checksum); names, files and lines are resolved in user space.
+ * A stack is identified by a hash of its frames and sent to the plugin once
+ * per process (py_seen): a repeated stack costs one 40-byte record.
+ *
+ * Cost (bench/pystack_cost.py): reads of the target's memory dominate, so
+ * 3.11+ read the top of the thread's frame stack (its data stack chunk) at
+ * once and take most frames from that copy, and a code object's checksum
+ * is remembered (struct code_slot) where code_dealloc is probed, the
+ * process's epoch of frees retiring what was remembered.  The checksum:
+ * first line, co_version (3.12+; 3.10 and 3.11: the name's hash and the
+ * last bytes of the file name), name and file name pointers.
+ *
+ * Scratch space lives in task storage, not per-CPU: uprobe programs can be
+ * preempted, and another task's program on the same CPU would overwrite a
+ * per-CPU buffer.  sched_switch only walks a thread that blocks, which a
+ * running BPF program never does.
+ */
+#include "tracking.bpf.h"
+#include "records.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+const volatile struct tl_py_event tl_py_event_layout = {};
+const volatile struct tl_py_proc tl_py_proc_layout = {};
+const volatile struct tl_py_stack tl_py_stack_layout = {};
+
+#define MAX_THREADS 256    /* thread states looked at to find the current one */
+#define MAX_SKIPPED 16     /* C-stack shim frames passed over, beyond MAX_FRAMES */
+#define NEG_CACHE_NS 100000000ULL  /* "not a Python thread" is re-checked after this */
+#define STR_HASH_NONE 0xFFFFFFFFFFFFFFFFULL
+
+/* py_stats slots */
+#define ST_WALKS 0
+#define ST_NO_STATE 1
+#define ST_NO_FRAME 2
+#define ST_TRUNC 3
+#define ST_FAULT 4
+#define ST_STACKS 5        /* distinct stacks sent */
+#define ST_STACKS_LOST 6   /* py_stacks ring full: sent again next time */
+#define ST_WAITS 7
+#define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
+#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns */
+#define ST_FRAMES 10       /* frames walked */
+#define NSTATS 11
+
+struct py_settings {
+	__u64 min_wait_ns;
+	__u32 no_chunk;    /* read each frame on its own (for comparisons) */
+	__u32 pad;
+};
+
+struct py_thread {
+	__u64 tstate;      /* 0: no thread state found ... */
+	__u64 head;        /* ... while threads.head was this */
+	__u64 ts;          /* ... at this time */
+};
+
+/* A code object's checksum, remembered (a direct-mapped cache in each
+ * scratch) for processes whose code_dealloc is probed: each free there
+ * bumps the process's epoch (tl_py_proc.frees), which retires every entry
+ * made before it, so an address a new code object took is read afresh.  A
+ * frame being walked holds its code object: no free can retire it mid-walk. */
+#define CODE_SLOTS 256
+struct code_slot {
+	__u64 code;
+	__u32 tgid;
+	__u32 gen;
+	__u32 epoch;
+	__u32 check;
+};
+
+/* Where a walk keeps the stack it builds and the memory it reads: one
+ * window per frame and code object, and (3.11+) the top of the thread's
+ * frame stack read at once (most frames then cost no read of their own).
+ * The chunk buffer has a window's room past TL_PY_CHUNK so that a frame
+ * at any offset below TL_PY_CHUNK can be read from it. */
+struct py_scratch {
+	struct code_slot codes[CODE_SLOTS];
+	struct tl_py_stack st;
+	__u8 fwin[TL_PY_WINDOW];
+	__u8 cwin[TL_PY_WINDOW];
+	__u8 chunk[TL_PY_CHUNK + TL_PY_WINDOW];
+};
+
+struct py_task {
+	__u64 wait_ts;     /* blocked since (0: not blocked) */
+	__u64 wait_stack;
+	__u8 wait_flags;
+	__u8 pad[7];
+	struct py_scratch s;
+};
+
+struct seen_key {
+	__u32 tgid;
+	__u32 gen;         /* tl_py_proc.gen: an exec'd or reused pid starts afresh */
+	__u64 stack_id;
+};
+
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);  /* ~87k records */
+} py_ring SEC(".maps");
+
+/* Distinct stacks, for the plugin alone (it symbolizes them at once and
+ * writes them to the raw log as META blocks). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);  /* ~1000 stacks */
+} py_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct tl_py_proc);
+} py_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct py_thread);
+} py_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_key);
+	__type(value, __u8);
+} py_seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct py_task);
+} py_task SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_settings);
+} py_settings SEC(".maps");
+
+/* CPU samples walk here: a timer interrupt may land in the middle of a
+ * uprobe's walk of the same task (its task storage), never in another
+ * sample's walk on the same CPU (perf programs do not nest). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_scratch);
+} py_sample_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NSTATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_stats SEC(".maps");
+
+static __always_inline void stat(__u32 i)
+{
+	__u64 *n = bpf_map_lookup_elem(&py_stats, &i);
+
+	if (n)
+		*n += 1;
+}
+
+static __always_inline void stat_add(__u32 i, __u64 v)
+{
+	__u64 *n = bpf_map_lookup_elem(&py_stats, &i);
+
+	if (n)
+		*n += v;
+}
+
+static __always_inline __u64 read_u64(__u64 addr, int *err)
+{
+	__u64 v = 0;
+
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		*err = 1;
+	return v;
+}
+
+/* The last (up to) 16 bytes of a compact str's data and its byte length,
+ * mixed: what tells two file names apart (their paths end differently).
+ * The same as timeline/pystack/symbolize.py:str_tail_mix. */
+static __always_inline __u64 str_tail(struct tl_py_proc *p, __u64 s)
+{
+	__u8 head[40] = {};
+	__u64 tail[2] = {}, nbytes, x;
+	__u32 state, kind, off;
+	__s64 len;
+
+	if (!s || bpf_probe_read_user(head, sizeof(head), (void *)s))
+		return 0;
+	off = p->str_length & 0x38;  /* aligned: the verifier wants stack reads so */
+	if (off > sizeof(head) - 8)
+		return 0;
+	len = *(__s64 *)(head + off);
+	off = p->str_state & 0x3C;
+	if (off > sizeof(head) - 4)
+		return 0;
+	state = *(__u32 *)(head + off);
+	kind = (state >> 2) & 7;
+	if (!((state >> 5) & 1) || len < 0 || len > 65536 || (kind != 1 && kind != 2 && kind != 4))
+		return 0;  /* not compact: no data after the header */
+	nbytes = (__u64)len * kind;
+	off = (state >> 6) & 1 ? p->str_ascii : p->str_compact;
+	if (nbytes >= 16)
+		bpf_probe_read_user(tail, 16, (void *)(s + off + nbytes - 16));
+	else if (nbytes)
+		bpf_probe_read_user(tail, nbytes & 15, (void *)(s + off));
+	x = (nbytes ^ tail[0]) * 0x9E3779B97F4A7C15ULL;
+	x = (x ^ tail[1]) * 0x9E3779B97F4A7C15ULL;
+	return x ^ (x >> 29);
+}
+
+/* The same mix as timeline/pystack/symbolize.py:code_check. */
+static __always_inline __u32 code_check(__u32 firstlineno, __u64 ident, __u64 name, __u64 filename)
+{
+	__u32 x = firstlineno * 0x9E3779B1u;
+
+	x ^= (__u32)ident ^ (__u32)(ident >> 32);
+	x ^= (__u32)(name >> 3) * 0x85EBCA77u;
+	x ^= (__u32)(filename >> 3) * 0xC2B2AE3Du;
+	x ^= x >> 15;
+	return x;
+}
+
+static __always_inline __u64 mix(__u64 h, __u64 v)
+{
+	h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
+	return h ^ (h >> 29);
+}
+
+struct thread_walk {
+	struct tl_py_proc *p;
+	__u64 fsbase;
+	__u64 interp;
+	__u64 ts;
+	__u64 found;
+	int err;
+};
+
+static long thread_step(__u64 i, void *data)
+{
+	struct thread_walk *w = data;
+	struct tl_py_proc *p = w->p;
+
+	if (!w->ts) {  /* this interpreter's threads are done: the next interpreter's */
+		w->interp = read_u64(w->interp + p->interp_next, &w->err);
+		if (w->err || !w->interp)
+			return 1;
+		w->ts = read_u64(w->interp + p->interp_threads, &w->err);
+		return w->err ? 1 : 0;
+	}
+	if (read_u64(w->ts + p->ts_thread_id, &w->err) == w->fsbase && !w->err) {
+		w->found = w->ts;
+		return 1;
+	}
+	w->ts = read_u64(w->ts + p->ts_next, &w->err);
+	return w->err ? 1 : 0;
+}
+
+/* This thread's PyThreadState, 0 when it has none. */
+static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u8 *flags)
+{
+	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &tid);
+	struct py_thread upd = {};
+	struct thread_walk w = {};
+	__u64 head, now;
+	int err = 0;
+
+	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err)
+		return c->tstate;
+	err = 0;
+	w.interp = read_u64(p->runtime + p->rt_interp_head, &err);
+	if (err || !w.interp) {
+		*flags |= TL_PYF_FAULT;
+		return 0;
+	}
+	head = read_u64(w.interp + p->interp_threads, &err);
+	if (err) {
+		*flags |= TL_PYF_FAULT;
+		return 0;
+	}
+	now = bpf_ktime_get_boot_ns();
+	if (c && !c->tstate && c->head == head && now - c->ts < NEG_CACHE_NS) {
+		*flags |= TL_PYF_NO_STATE;
+		return 0;
+	}
+	w.p = p;
+	w.fsbase = fsbase;
+	w.ts = head;
+	bpf_loop(MAX_THREADS, thread_step, &w, 0);
+	if (w.err)
+		*flags |= TL_PYF_FAULT;
+	if (!w.found)
+		*flags |= TL_PYF_NO_STATE;
+	upd.tstate = w.found;
+	upd.head = head;
+	upd.ts = now;
+	bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
+	return w.found;
+}
+
+struct frame_walk {
+	struct tl_py_proc *p;
+	struct py_scratch *t;
+	__u32 tgid, gen, epoch;
+	__u64 lo, hi;      /* [lo, hi) of the frame stack is in t->chunk */
+	__u64 f;
+	__u64 h;
+	__u32 depth;
+	__u8 flags;
+};
+
+static long frame_step(__u64 i, void *data)
+{
+	struct frame_walk *w = data;
+	struct tl_py_proc *p = w->p;
+	struct py_scratch *t = w->t;
+	__u64 code, prev, ident, name, filename, instr;
+	__u32 off, firstlineno, check, depth = w->depth;
+	struct code_slot *slot = NULL;
+
+	if (!w->f)
+		return 1;
+	if (depth >= TL_PY_MAX_FRAMES) {
+		w->flags |= TL_PYF_TRUNC;
+		return 1;
+	}
+	__u64 at = w->f + p->fr_base;
+	__u8 *win;
+
+	if (at >= w->lo && at + TL_PY_WINDOW <= w->hi) {
+		win = t->chunk + ((at - w->lo) & (TL_PY_CHUNK - 1));  /* read already, with the stack */
+	} else {
+		if (bpf_probe_read_user(t->fwin, TL_PY_WINDOW, (void *)at)) {
+			w->flags |= TL_PYF_FAULT;
+			return 1;
+		}
+		win = t->fwin;
+	}
+	off = p->fr_code;
+	if (off > TL_PY_WINDOW - 8)
+		return 1;
+	code = *(__u64 *)(win + off);
+	off = p->fr_previous;
+	if (off > TL_PY_WINDOW - 8)
+		return 1;
+	prev = *(__u64 *)(win + off);
+	off = p->fr_owner;
+	if (off < TL_PY_WINDOW && win[off] == p->owner_skip) {
+		w->f = prev;  /* a shim frame marking an entry from C: not Python code */
+		return 0;
+	}
+	off = p->fr_instr;
+	if (off > TL_PY_WINDOW - 8)
+		return 1;
+	instr = *(__u64 *)(win + off);
+	if (p->instr_kind == TL_PY_INSTR_INDEX) {
+		__s32 lasti = (__s32)instr;
+
+		instr = lasti < 0 ? 0xFFFFFFFFULL : (__u64)lasti * 2;
+	} else {
+		__u64 first = code + p->co_code;
+
+		instr = instr < first || instr - first >= 0xFFFFFFFFULL ? 0xFFFFFFFFULL : instr - first;
+	}
+	if (!code) {
+		w->flags |= TL_PYF_FAULT;
+		return 1;
+	}
+	if (p->code_cache) {
+		slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
+		if (slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == w->epoch) {
+			check = slot->check;
+			goto have_check;
+		}
+	}
+	if (bpf_probe_read_user(t->cwin, TL_PY_WINDOW, (void *)(code + p->co_base))) {
+		w->flags |= TL_PYF_FAULT;
+		return 1;
+	}
+	off = p->co_firstlineno;
+	if (off > TL_PY_WINDOW - 4)
+		return 1;
+	firstlineno = *(__u32 *)(t->cwin + off);
+	off = p->co_name;
+	if (off > TL_PY_WINDOW - 8)
+		return 1;
+	name = *(__u64 *)(t->cwin + off);
+	off = p->co_filename;
+	if (off > TL_PY_WINDOW - 8)
+		return 1;
+	filename = *(__u64 *)(t->cwin + off);
+	off = p->co_version;
+	if (off <= TL_PY_WINDOW - 4) {
+		ident = *(__u32 *)(t->cwin + off);
+	} else {  /* no version counter (3.10, 3.11): the name's hash and the file name's end */
+		ident = STR_HASH_NONE;
+		if (name)
+			bpf_probe_read_user(&ident, 8, (void *)(name + p->str_hash));
+		ident ^= str_tail(p, filename);
+	}
+	check = code_check(firstlineno, ident, name, filename);
+	if (slot) {
+		slot->code = code;
+		slot->tgid = w->tgid;
+		slot->gen = w->gen;
+		slot->epoch = w->epoch;
+		slot->check = check;
+	}
+have_check:;
+	struct tl_py_frame *fr = &t->st.frames[depth & (TL_PY_MAX_FRAMES - 1)];
+
+	fr->code = code;
+	fr->instr = (__u32)instr;
+	fr->check = check;
+	w->h = mix(w->h, code);
+	w->h = mix(w->h, ((__u64)fr->instr << 32) | fr->check);
+	w->depth = depth + 1;
+	w->f = prev;
+	return 0;
+}
+
+/* Walk the frames of tstate into t->st; returns the stack id (0: none). */
+static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
+				  __u8 *flags)
+{
+	struct frame_walk w = {};
+	int err = 0;
+
+	w.f = read_u64(tstate + p->ts_frame, &err);
+	if (!err && w.f && p->cframe_frame != TL_PY_NONE)
+		w.f = read_u64(w.f + p->cframe_frame, &err);
+	if (err) {
+		*flags |= TL_PYF_FAULT;
+		return 0;
+	}
+	w.p = p;
+	w.t = t;
+	w.tgid = tgid;
+	w.gen = p->gen;
+	w.epoch = p->frees;
+	w.h = 0xCBF29CE484222325ULL;
+	__u32 zero = 0;
+	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
+
+	if (p->ts_datastack != TL_PY_NONE && !(set && set->no_chunk)) {  /* 3.11+: the frame stack's top, in one read */
+		__u64 ds[2] = {};  /* datastack_chunk, datastack_top */
+
+		if (!bpf_probe_read_user(ds, sizeof(ds), (void *)(tstate + p->ts_datastack)) && ds[0]) {
+			__u64 lo = ds[0] + p->chunk_data, hi = ds[1];
+			__u64 n;
+
+			if (hi > lo + TL_PY_CHUNK)
+				lo = hi - TL_PY_CHUNK;
+			n = hi - lo;
+			if (hi > lo && n <= TL_PY_CHUNK && !bpf_probe_read_user(t->chunk, n, (void *)lo)) {
+				w.lo = lo;
+				w.hi = hi;
+			}
+		}
+	}
+	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &w, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w.f)
+		w.flags |= TL_PYF_TRUNC;
+	*flags |= w.flags;
+	if (!w.depth) {
+		if (!(*flags & TL_PYF_FAULT))
+			*flags |= TL_PYF_NO_FRAME;
+		return 0;
+	}
+	t->st.depth = w.depth;
+	stat_add(ST_FRAMES, w.depth);
+	return w.h ? w.h : 1;
+}
+
+static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
+					      __u32 tgid, __u32 tid, __u8 *flags);
+
+/* The current thread's stack id (0: none), sending the stack if new. */
+static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
+					__u32 tgid, __u32 tid, __u8 *flags)
+{
+	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, flags);
+
+	stat_add(ST_WALK_NS, bpf_ktime_get_ns() - t0);
+	return id;
+}
+
+static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
+					      __u32 tgid, __u32 tid, __u8 *flags)
+{
+	struct seen_key key = {};
+	struct tl_py_stack *rec;
+	__u64 tstate, id;
+	__u8 one = 1;
+
+	stat(ST_WALKS);
+	tstate = find_tstate(p, tid, BPF_CORE_READ(task, thread.fsbase), flags);
+	if (!tstate) {
+		stat(ST_NO_STATE);
+		return 0;
+	}
+	id = walk(p, tstate, t, tgid, flags);
+	if (*flags & TL_PYF_TRUNC)
+		stat(ST_TRUNC);
+	if (*flags & TL_PYF_FAULT)
+		stat(ST_FAULT);
+	if (!id) {
+		stat(ST_NO_FRAME);
+		return 0;
+	}
+	key.tgid = tgid;
+	key.gen = p->gen;
+	key.stack_id = id;
+	if (bpf_map_lookup_elem(&py_seen, &key))
+		return id;
+	rec = bpf_ringbuf_reserve(&py_stacks, sizeof(*rec), 0);
+	if (!rec) {
+		stat(ST_STACKS_LOST);  /* not marked seen: sent the next time it is taken */
+		return id;
+	}
+	t->st.stack_id = id;
+	t->st.tgid = tgid;
+	t->st.flags = *flags;
+	t->st.pad = 0;
+	bpf_probe_read_kernel(rec, sizeof(*rec), &t->st);
+	bpf_ringbuf_submit(rec, 0);  /* wake the plugin: it reads the code objects while they live */
+	bpf_map_update_elem(&py_seen, &key, &one, BPF_ANY);
+	stat(ST_STACKS);
+	return id;
+}
+
+static __always_inline void emit(__u8 kind, __u64 ts, __u64 dur, __u64 stack, __u32 tid, __u32 tgid,
+				 __u32 cookie, __u8 flags)
+{
+	struct tl_py_event *e = tl_reserve(&py_ring, TL_RING_PYSTACK, sizeof(*e));
+
+	if (!e)
+		return;
+	e->ts = ts;
+	e->dur = dur;
+	e->stack_id = stack;
+	e->tid = tid;
+	e->tgid = tgid;
+	e->cookie = cookie;
+	e->cpu = bpf_get_smp_processor_id();
+	e->kind = kind;
+	e->flags = flags;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+SEC("uprobe")
+int tl_py_call(struct pt_regs *ctx)
+{
+	__u64 ts = bpf_ktime_get_boot_ns(), id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct task_struct *task;
+	struct tl_py_proc *p;
+	struct py_task *t;
+	__u64 stack;
+	__u8 flags = 0;
+
+	if (!tl_is_tracked(tid))
+		return 0;
+	p = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!p)
+		return 0;
+	task = bpf_get_current_task_btf();
+	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
+	emit(TL_PY_CALL, ts, 0, stack, tid, tgid, (__u32)bpf_get_attach_cookie(ctx), flags);
+	return 0;
+}
+
+/* code_dealloc(PyCodeObject *), probed where its symbol is known: what
+ * was cached of code objects before is no longer trusted. */
+SEC("uprobe")
+int tl_py_code_free(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tl_py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
+
+	if (p && p->code_cache)
+		__sync_fetch_and_add(&p->frees, 1);
+	return 0;
+}
+
+/* CPU sampling: a perf_event timer on every CPU (the plugin opens them,
+ * --py-sample-hz); the recorded Python thread running there is sampled. */
+SEC("perf_event")
+int tl_py_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 ts = bpf_ktime_get_boot_ns(), id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32, zero = 0;
+	struct py_scratch *s;
+	struct tl_py_proc *p;
+	__u64 stack;
+	__u8 flags = 0;
+
+	if (!tl_is_tracked(tid))
+		return 0;
+	p = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!p)
+		return 0;
+	s = bpf_map_lookup_elem(&py_sample_scratch, &zero);
+	if (!s)
+		return 0;
+	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, &flags);
+	emit(TL_PY_SAMPLE, ts, 0, stack, tid, tgid, 0, flags);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(tl_py_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	struct tl_py_proc *p;
+	struct py_task *t;
+	__u32 tid, tgid, zero = 0;
+	__u64 now = 0, stack;
+	__u8 flags = 0;
+
+	/* The thread switched in: was it blocked in Python? */
+	t = bpf_task_storage_get(&py_task, next, 0, 0);
+	if (t && t->wait_ts) {
+		struct py_settings *s = bpf_map_lookup_elem(&py_settings, &zero);
+		__u64 dur;
+
+		now = bpf_ktime_get_boot_ns();
+		dur = now - t->wait_ts;
+		if (!s || dur >= s->min_wait_ns) {
+			emit(TL_PY_WAIT, t->wait_ts, dur, t->wait_stack, next->pid, next->tgid, 0, t->wait_flags);
+			stat(ST_WAITS);
+		} else {
+			stat(ST_SHORT_WAITS);
+		}
+		t->wait_ts = 0;
+	}
+	/* Preempted, or not sleeping (S) or blocked (D): not a wait. */
+	if (preempt || !(prev_state & 3))
+		return 0;
+	tid = prev->pid;
+	if (!tl_is_tracked(tid))
+		return 0;
+	tgid = prev->tgid;
+	p = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!p)
+		return 0;
+	t = bpf_task_storage_get(&py_task, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	stack = take_stack(p, &t->s, prev, tgid, tid, &flags);
+	if (!stack)
+		return 0;  /* a thread without Python frames: nothing to show for its wait */
+	t->wait_ts = now ? now : bpf_ktime_get_boot_ns();
+	t->wait_stack = stack;
+	t->wait_flags = flags;
+	return 0;
+}
+
+/* A forked child runs its parent's interpreter: same layout, same addresses.
+ * Copying the entry now lets a DataLoader worker's stacks be taken from its
+ * first wait, before the plugin has looked at it. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(tl_py_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	struct tl_py_proc *p;
+
+	if (ptgid == ctgid)
+		return 0;  /* a thread */
+	p = bpf_map_lookup_elem(&py_procs, &ptgid);
+	if (p)
+		bpf_map_update_elem(&py_procs, &ctgid, p, BPF_ANY);
+	return 0;
+}
+
+/* A new image: whatever it runs, the old layout no longer applies; the
+ * plugin is woken to look at it at once (a short job may be over before
+ * its next look at the process list). */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(tl_py_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = p->tgid;
+	struct tl_py_stack *rec;
+
+	bpf_map_delete_elem(&py_procs, &tgid);
+	if (!tl_is_tracked(p->pid))
+		return 0;
+	rec = bpf_ringbuf_reserve(&py_stacks, sizeof(*rec), 0);
+	if (!rec)
+		return 0;
+	rec->stack_id = 0;
+	rec->tgid = tgid;
+	rec->depth = 0;
+	rec->flags = TL_PYF_EXEC;
+	rec->pad = 0;
+	bpf_ringbuf_submit(rec, 0);
+	return 0;
+}
