@@ -40,6 +40,9 @@ ALLOWED = {
     ("timeline/btf_layout.py", "Btf.from_object", "ELFFile"): "reads the file object opened just above",
     ("timeline/btf_layout.py", "section_globals", "open"): "a BPF object built into the package (bpf_session)",
     ("timeline/btf_layout.py", "section_globals", "ELFFile"): "reads the file object opened just above",
+    ("timeline/pystack/interpreter.py", "elf_info", "ELFFile"):
+        "reads a safe_input.BoundedReader over a descriptor opened by safe_input",
+    ("timeline/pystack/interpreter.py", "_symbols", "ELFFile"): "a type annotation (the parsed file is elf_info's)",
     ("timeline/cuda/symbols.py", "ElfSymbols._parse", "ELFFile"):
         "reads a safe_input.BoundedReader over a descriptor opened by safe_input",
     ("timeline/bpf/build.py", "gen_vmlinux_h", "open"): "build time (make): writes the generated vmlinux.h",

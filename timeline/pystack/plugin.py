@@ -123,10 +123,10 @@ class PyStackPlugin(RecorderPlugin):
         self._thread.start()
         paths = list(options_of(self.cfg, "cuda").cuda_libs) if "cuda" in ctx.session.objects else []
         if self.cfg.command:
-            paths += [p for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"))
+            paths += [p for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"), self.user)
                       if dsc.lib_api(p) in (RUNTIME, NCCL)]
         for p in paths:
-            self._attach_lib(os.path.abspath(p), dsc.file_key(p))
+            self._attach_lib(os.path.abspath(p))
         if self.options.py_sample_hz:
             self.sampler = Sampler(self.obj, self.options.py_sample_hz)
             self.sample_error = self.sampler.start()
@@ -282,12 +282,16 @@ class PyStackPlugin(RecorderPlugin):
             return False
         ok = self.code_free.get(it.file_key)
         if ok is None:
-            path = dsc.process_path(pid, it.path, it.file_key[1])
-            try:
-                self.obj.attach_uprobe("tl_py_code_free", path, offset=it.code_free)
-                ok = True
-            except BPFError:
-                ok = False
+            fd = self._open_lib(dsc.root_path(pid, it.path), inode=it.file_key[1], resolve=False)
+            ok = False
+            if fd is not None:
+                try:  # on the file held open: a name swapped meanwhile changes nothing
+                    self.obj.attach_uprobe("tl_py_code_free", safe_input.fd_name(fd), offset=it.code_free)
+                    ok = True
+                except BPFError:
+                    pass
+                finally:
+                    os.close(fd)
             self.code_free[it.file_key] = ok
         return ok
 
@@ -297,25 +301,41 @@ class PyStackPlugin(RecorderPlugin):
             if dsc.lib_api(m.path) not in (RUNTIME, NCCL) or (m.dev, m.inode) in self.mapped_libs:
                 continue
             self.mapped_libs.add((m.dev, m.inode))
-            path = dsc.process_path(pid, m.path, m.inode)
-            self._attach_lib(path, dsc.file_key(path))
+            # as the process sees it (its own mount namespace), and only the mapped file
+            self._attach_lib(dsc.root_path(pid, m.path), inode=m.inode, resolve=False)
 
-    def _attach_lib(self, path: str, key) -> None:
-        if key is None or key in self.libs:
+    def _open_lib(self, path: str, inode: int | None = None, resolve: bool = True) -> int | None:
+        """A descriptor on the library, opened as the user the target runs as
+        (dsc.open_libs: regular files only, no FIFO wait); None, noted, if not."""
+        fd = dsc.open_libs([path], self.user, resolve=resolve)[0]
+        if isinstance(fd, OSError):
+            self.lib_errors.append(f"{path}: {fd.strerror}")
+            return None
+        if inode is not None and os.fstat(fd).st_ino != inode:  # not the file that was mapped
+            os.close(fd)
+            return None
+        return fd
+
+    def _attach_lib(self, path: str, inode: int | None = None, resolve: bool = True) -> None:
+        fd = self._open_lib(path, inode, resolve)
+        if fd is None:
             return
-        self.libs.add(key)
         try:
-            fd = safe_input.open_input(path, self.user)
-        except OSError as e:
-            self.lib_errors.append(f"{path}: {e.strerror}")
-            return
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            if key in self.libs:
+                return
+            self.libs.add(key)
+            self._attach_lib_fd(path, fd)
+        finally:
+            os.close(fd)
+
+    def _attach_lib_fd(self, path: str, fd: int) -> None:
         try:
-            offsets = ElfSymbols(safe_input.fd_name(fd)).exports(p.name for p in probes.STACK_PROBES)
+            offsets = ElfSymbols(path, fd).exports(p.name for p in probes.STACK_PROBES)  # bounded read
         except Exception as e:  # not an ELF file we can read
             self.lib_errors.append(f"{path}: {e}")
             return
-        finally:
-            os.close(fd)
         plan, seen = [], set()
         for p in probes.STACK_PROBES:
             off = offsets.get(p.name)
@@ -324,7 +344,7 @@ class PyStackPlugin(RecorderPlugin):
                 plan.append((off, p.id))
         if not plan:
             return
-        errors = attach.attach(self.obj, path, plan)
+        errors = attach.attach(self.obj, safe_input.fd_name(fd), plan)  # the file held, whatever `path` names now
         if errors and len(errors) == len(plan):
             self.lib_errors.append(f"{path}: {errors[0]}")
         else:
