@@ -22,7 +22,7 @@ import textwrap
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import NOBODY, SUDO_NOBODY, read_raw, require_root, udir  # noqa: E402,F401 (udir: fixture)
+from helpers import NOBODY, REPO, SUDO_NOBODY, read_raw, require_root, udir  # noqa: E402,F401 (udir: fixture)
 from rawlog_factory import LogBuilder, T, end_block  # noqa: E402
 
 USER_PYTHON = "/usr/bin/python3"  # the target runs as nobody, who cannot reach a Python under /root
@@ -334,14 +334,14 @@ NVTX_ATTACK = textwrap.dedent("""
 def test_nvtx_cut_copy_swapped_is_read_through_its_descriptor(udir, secret_raw, tmp_path):
     from standins import build_gpu
     require_root()
-    inject = os.path.join(os.path.dirname(os.path.dirname(__file__)), "timeline", "gpu", "libtimeline_inject.so")
+    inject = os.path.join(REPO, "timeline", "gpu", "libtimeline_inject.so")
     if subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "test", "-r",
                        inject], capture_output=True).returncode:
         pytest.skip(f"{inject} is not readable by uid {NOBODY} in this checkout (private directory)")
     libs = build_gpu(str(tmp_path / "libs"))
     d = os.path.join(udir, "standins")
     shutil.copytree(os.path.dirname(libs["libcudart.so.12"]), d, symlinks=True)
-    standins = os.path.join(os.path.dirname(__file__), "standins")
+    standins = os.path.join(REPO, "tests", "standins")
     pidfile, swaplog = os.path.join(udir, "helper.pid"), os.path.join(udir, "swaps.log")
     out = os.path.join(udir, "n.pftrace")
     try:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 import os
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "timeline")
+from helpers import REPO
+
+PACKAGE = os.path.join(REPO, "timeline")
 VETTED = {"safe_input.py", "safe_output.py"}
 
 # Calls that open a file (or map one): dotted names as written, and method

@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO
 
 
 def test_compare_reproduces_the_documented_counts(tmp_path):
