@@ -4,19 +4,8 @@ import textwrap
 
 import pytest
 
-from timeline.kctx import block_records
-from timeline.kctx.convert_block import rwbs
 from timeline.trace_processor import open_trace
 from helpers import require_root, timeline_cmd
-
-
-def test_rwbs():
-    assert rwbs(0, 0) == "R"
-    assert rwbs(0, block_records.BF_RAHEAD) == "RA"
-    assert rwbs(1, block_records.BF_SYNC | block_records.BF_FUA) == "WFS"
-    assert rwbs(2, block_records.BF_PREFLUSH) == "FF"
-    assert rwbs(3, 0) == "D"
-    assert rwbs(9, 0) == "N"
 
 
 # O_DIRECT: every 64 KiB pwrite/pread is one block request from this thread.

@@ -12,6 +12,8 @@ import pytest
 from timeline.trace_processor import open_trace
 from helpers import REPO, assert_one_row_per_pid_and_tid, require_root, timeline_cmd
 
+from test_dataloader_units import q
+
 STEPS, BATCH = 8, 8
 SAMPLE_BYTES = 3 * 64 * 64 * 4  # examples/train_dataloader.py SHAPE, float32
 
@@ -36,10 +38,6 @@ def run(tmp_path_factory):
     yield out
     for tp in out.values():
         tp.close()
-
-
-def q(tp, sql):
-    return tp.query(sql).rows
 
 
 def main_tid(tp):
@@ -120,36 +118,3 @@ def test_no_ghost_processes_or_threads(run, fmt):
     """Workers, their threads and the counters/roles/block tracks bound to them
     make one process per pid and one thread per tid."""
     assert_one_row_per_pid_and_tid(run[fmt])
-
-
-def test_roles_from_a_synthetic_log(tmp_path):
-    """Pin-memory threads need CUDA to exist: their mark is checked on a synthetic log."""
-    from timeline.converters import convert
-    from rawlog_factory import LogBuilder, T, end_block
-
-    b = LogBuilder(ncpu=2)
-    b.fork(T(10), 0, 999, 999, 1000, 1000, "timeline", "timeline", launched=True)
-    b.exec(T(11), 0, 1000, "python3", ["python3", "train.py"])
-    b.fork(T(20), 0, 1000, 1000, 1001, 1000, "python3", "python3", thread=True)
-    b.rename(T(21), 0, 1001, 1000, "python3", "pt_data_pin")
-    for i, pid in enumerate((1100, 1101)):
-        b.fork(T(30 + i), 1, 1000, 1000, pid, pid, "python3", "python3")
-        b.rename(T(40 + i), 1, pid, pid, "python3", "pt_data_worker")
-    b.exit(T(90), 1, 1100, 1100, "pt_data_worker", group_dead=True)
-    raw = b.write(tmp_path / "r.tlraw", end_block(stop_ts=T(100)))
-    out = str(tmp_path / "r.pftrace")
-    convert(raw, out)
-    tp = open_trace(out)
-    try:
-        marks = q(tp, """select t.tid, s.name, extract_arg(s.arg_set_id, 'debug.role') from slice s
-                         join thread_track tt on s.track_id = tt.id join thread t using (utid)
-                         where s.cat = 'dataloader' order by t.tid""")
-        assert marks == [(1000, "main training thread", "main_training_thread"),
-                         (1001, "DataLoader pin_memory thread", "pin_memory_thread"),
-                         (1100, "DataLoader worker 0", "dataloader_worker"),
-                         (1101, "DataLoader worker 1", "dataloader_worker")]
-        level = q(tp, """select c.value from counter c join process_counter_track t on c.track_id = t.id
-                         where t.name = 'dataloader.workers' order by c.ts""")
-        assert [v for (v,) in level] == [1, 2, 1]
-    finally:
-        tp.close()

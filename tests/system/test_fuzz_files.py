@@ -4,7 +4,6 @@ check, query and view. Each run ends in a valid output or one line on stderr,
 never a traceback. Seeds are fixed; every case is bounded in time."""
 from __future__ import annotations
 
-import gzip
 import random
 import select
 import signal

@@ -21,17 +21,11 @@ import time
 import numpy as np
 import pytest
 
-from helpers import NOBODY, REPO, SUDO_NOBODY, read_raw, require_root, timeline_cmd, udir  # noqa: F401
-from standins import build_gpu
+from helpers import NOBODY, REPO, SUDO_NOBODY, read_raw, require_root, timeline_cmd
 from timeline.gpu import records
 
 WORKLOAD = os.path.join(REPO, "tests", "standins", "gpu_workload.py")
 STANDINS = os.path.join(REPO, "tests", "standins")
-
-
-@pytest.fixture(scope="module")
-def libs(tmp_path_factory):
-    return build_gpu(str(tmp_path_factory.mktemp("gpu-standins")))
 
 
 def workload_env(**extra) -> dict:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from helpers import REPO, require_root
-from timeline.terminal import printable
 from timeline.trace_processor import open_trace
 
 ESC_DIR = "esc\x1b[31mRED\x1b]0;PWNED\x07dir"
@@ -28,13 +27,6 @@ def one_query(path, sql):
         return tp.query(sql).rows
     finally:
         tp.close()
-
-
-def test_printable_escapes_controls_and_undecodable_bytes():
-    assert printable("a\x1b]0;X\x07b") == "a\\x1b]0;X\\x07b"
-    assert printable(b"n\xffm".decode("utf-8", "surrogateescape")) == "n\\xffm"
-    assert printable("l\nr\t\x9b\u202e") == "l\\nr\\t\\x9b\\u202e"
-    assert printable("plain é 名前") == "plain é 名前"
 
 
 def test_mapped_executable_with_non_utf8_name(tmp_path):

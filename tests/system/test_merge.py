@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import assert_one_row_per_pid_and_tid, require_root, timeline_cmd  # noqa: F401
+from helpers import require_root, timeline_cmd
 from timeline.converters import merge_traces as mt
 from timeline.trace_processor import open_trace
 

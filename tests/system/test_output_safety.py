@@ -5,18 +5,16 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from helpers import NOBODY, SUDO_NOBODY, require_root, timeline_cmd, udir  # noqa: E402,F401 (udir: fixture)
-from rawlog_factory import scenario  # noqa: E402
+from helpers import NOBODY, SUDO_NOBODY, require_root, timeline_cmd
+from rawlog_factory import scenario
 
-from timeline.errors import UserError  # noqa: E402
-from timeline.target import RunAs  # noqa: E402
+from timeline.errors import UserError
+from timeline.target import RunAs
 
 # The attacker runs as the user, who cannot reach a Python under /root (pyenv).
 USER_PYTHON = "/usr/bin/python3"

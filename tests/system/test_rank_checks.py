@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from helpers import require_root, timeline_cmd
-from timeline.checks import run_checks
-from timeline.trace_processor import open_trace
+
+from test_rank_checks_units import results
 
 TRAIN = """
 import os, time, torch, torch.distributed as dist
@@ -56,12 +56,6 @@ def test_summary_has_a_line_per_rank(traces):
     assert lines[2] == max(lines.values())  # the slowed rank computed the most
 
 
-def results(path):
-    with open_trace(path) as tp:
-        rep = run_checks(tp, path, only=["rank_straggler", "rank_imbalance"])
-    return {r.check.id: r for r in rep.results}
-
-
 @pytest.mark.parametrize("name", ["2-slow", "4-slow"])
 def test_slow_rank_is_named(traces, name):
     n, slow = CASES[name]
@@ -86,12 +80,6 @@ def test_balanced_job_is_quiet(traces, name):
     res = results(traces[name])
     assert res["rank_straggler"].status == "ok", res["rank_straggler"].findings
     assert res["rank_imbalance"].status == "ok", res["rank_imbalance"].findings
-
-
-def test_without_ranks_not_applicable():
-    from helpers import REPO
-    res = results(os.path.join(REPO, "sample_traces", "train_cpu.pftrace"))
-    assert res["rank_straggler"].status == "n/a" and res["rank_imbalance"].status == "n/a"
 
 
 NCCL_RANK = """

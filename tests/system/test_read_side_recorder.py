@@ -21,9 +21,8 @@ import textwrap
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from helpers import NOBODY, REPO, SUDO_NOBODY, read_raw, require_root, udir  # noqa: E402,F401 (udir: fixture)
-from rawlog_factory import LogBuilder, T, end_block  # noqa: E402
+from helpers import NOBODY, REPO, SUDO_NOBODY, read_raw, require_root
+from rawlog_factory import LogBuilder, T, end_block
 
 USER_PYTHON = "/usr/bin/python3"  # the target runs as nobody, who cannot reach a Python under /root
 MARKER = "ROOT-ONLY-MARKER-5f3a9c"

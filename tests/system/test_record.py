@@ -15,14 +15,9 @@ import numpy as np
 import pytest
 
 from timeline import events, proc_records, sched_records
-from helpers import read_raw, require_root, timeline_cmd, udir  # noqa: F401 (udir: fixture)
+from helpers import read_raw, require_root, timeline_cmd
 
 pytestmark = pytest.mark.usefixtures("root")
-
-
-@pytest.fixture
-def root():
-    require_root()
 
 
 WORKLOAD = textwrap.dedent("""

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from helpers import NOBODY, require_root, udir  # noqa: E402,F401 (udir: fixture)
+from helpers import NOBODY, require_root
 
-from timeline.safe_input import (BoundedReader, InputTooLarge, NotRegularFile, open_input,  # noqa: E402
+from timeline.safe_input import (BoundedReader, InputTooLarge, NotRegularFile, open_input,
                                  open_inputs, read_fd, read_file)
-from timeline.target import RunAs  # noqa: E402
+from timeline.target import RunAs
 
 USER = RunAs(NOBODY, NOBODY, [NOBODY], "nobody", "/")
 

@@ -132,19 +132,6 @@ def test_packet_framing_finds_every_cut(whole, tmp_path):
             assert problem and f"cut at byte {n:,}," in problem, (n, problem)
 
 
-def test_framing_of_foreign_traces(tmp_path):
-    # a trace from another tool: no timeline markers, whole framing -> nothing to say
-    t = pb.Trace()
-    t.packet.add(trusted_packet_sequence_id=1).track_descriptor.name = "x" * 300  # a length over one byte
-    p = tmp_path / "foreign.pftrace"
-    p.write_bytes(t.SerializeToString())
-    assert file_problem(str(p)) is None
-    p.write_bytes(t.SerializeToString() + b"\x00\x00")  # field 0: not a packet
-    assert "damaged" in file_problem(str(p))
-    p.write_bytes(b'{"traceEvents": []}')  # someone else's JSON: not judged
-    assert file_problem(str(p)) is None
-
-
 def test_cut_chrome_json_says_so(tmp_path):
     out = str(tmp_path / "t.json")
     convert(scenario(str(tmp_path / "a.tlraw")), out, fmt="chrome")

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from timeline.trace_processor import open_trace
-from helpers import REPO, assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
+from helpers import assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
 from timeline import sched_records
 from timeline.converters.chrome.writer import JSON_IDLE_TID
 from timeline.converters import convert
@@ -172,12 +172,3 @@ def test_convert_truncated_and_corrupt(recorded, tmp_path):
     assert cp.returncode == 2 and cp.stderr.strip() == f"timeline: error: {bad} is not a timeline raw log"
     cp = timeline_cmd("convert", str(tmp_path / "missing.tlraw"))
     assert cp.returncode == 2 and "does not exist" in cp.stderr
-
-
-def test_sample_trace_loads():
-    path = os.path.join(REPO, "sample_traces", "train_cpu.pftrace")
-    with open_trace(path) as tp:
-        names = {r[0] for r in tp.query("select distinct name from thread").rows}
-        assert "pt_data_worker" in names
-        (n,) = tp.query("select count(*) from sched").rows[0]
-        assert n > 1000

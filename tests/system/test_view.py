@@ -29,7 +29,7 @@ import pytest
 from helpers import REPO
 from timeline.trace_processor import open_trace
 
-SAMPLE = os.path.join(REPO, "sample_traces", "train_cpu.pftrace")
+from test_view_units import SAMPLE
 LOCAL = "http://127.0.0.1:"
 
 
@@ -511,30 +511,3 @@ def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_pat
     finally:
         browser.close()
         v.stop()
-
-
-def test_command_pid_read_from_the_last_packet_only(tmp_path):
-    """The pid the viewer pins comes from a whole timeline trace; anything else
-    (another producer's trace, a cut one, garbage, JSON) gives none."""
-    from rawlog_factory import scenario
-    from timeline.converters import convert
-    from timeline.viewer import command_pid
-
-    def pid_of(path) -> int | None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            return command_pid(fd, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-
-    raw = scenario(tmp_path / "s.tlraw")
-    convert(raw, str(tmp_path / "s.pftrace"))
-    convert(raw, str(tmp_path / "s.json"))
-    assert pid_of(tmp_path / "s.pftrace") == 1000  # the launched process of the scenario
-    data = (tmp_path / "s.pftrace").read_bytes()
-    (tmp_path / "cut.pftrace").write_bytes(data[:-3])
-    (tmp_path / "noise.pftrace").write_bytes(bytes(range(256)) * 40 + b"\x0a\x05\x2a\x03\x12\x01\x0a")
-    for name in ("cut.pftrace", "noise.pftrace", "s.json"):
-        assert pid_of(tmp_path / name) is None, name
-    assert pid_of(os.path.join(REPO, "sample_traces", "train_gpu.pftrace")) is None  # from before the key
-    assert pid_of(SAMPLE) is not None

@@ -110,33 +110,6 @@ def test_no_browser_writes_no_file(tmp_path):
     assert v.stop()[0] == 0
 
 
-def test_no_private_file_no_browser(tmp_path, monkeypatch):
-    """Where the page cannot be written, no browser is started (the token
-    never goes on a command line): a warning, and the viewer serves on."""
-    import webbrowser
-
-    from click.testing import CliRunner
-
-    from timeline.commands.view import view
-    from timeline.viewer import ViewerServer
-
-    opened, served = [], []
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
-    monkeypatch.setattr(webbrowser, "open", lambda *a, **k: opened.append(a))
-
-    def serve_once(self, poll_interval=0.5):
-        served.append(self.url)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(ViewerServer, "serve_forever", serve_once)
-    res = CliRunner().invoke(view, [SAMPLE])  # click 8.2: stderr kept apart
-    assert res.exit_code == 0 and served, (res.exit_code, res.stderr, res.exception)
-    assert "warning: no browser opened" in res.stderr and "missing" in res.stderr, res.stderr
-    time.sleep(0.2)  # a browser thread, were there one, has run by now
-    assert opened == []
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers put back
-
-
 def test_page_opens_the_trace_in_chromium(tmp_path):
     """The file the browser is given, opened in headless Chromium, gets to the UI with the trace."""
 

@@ -29,7 +29,6 @@ import numpy as np
 import pytest
 
 from helpers import REPO
-from standins import build_gpu
 
 WORKLOAD = os.path.join(REPO, "tests", "standins", "gpu_workload.py")
 RECORDS_H = os.path.join(REPO, "timeline", "gpu", "records.h")
@@ -155,11 +154,6 @@ class Server:
         return self.conns
 
 
-@pytest.fixture(scope="module")
-def libs(tmp_path_factory):
-    return build_gpu(str(tmp_path_factory.mktemp("gpu-standins")))
-
-
 def run(libs: dict, mode: str, n: int = 10, server: Server | None = None, **env):
     lib = libs["libtimeline_inject.so"]
     e = dict(os.environ, CUDA_INJECTION64_PATH=lib, NVTX_INJECTION64_PATH=lib,
@@ -212,18 +206,6 @@ def test_build_without_headers_is_one_line_naming_what_to_install():
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("build: CUDA headers not found"), r.stderr
     assert "pip install nvidia-cuda-cupti-cu12" in r.stderr and "Traceback" not in r.stderr
-
-
-def test_library_ships_in_the_wheel(libs, tmp_path):
-    """What `pip install` gets: the built library, its sources and the shared header."""
-    import zipfile
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", REPO,
-                    "-w", str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
-    (whl,) = tmp_path.glob("timeline-*.whl")
-    with zipfile.ZipFile(whl) as z:
-        names = set(z.namelist())
-        assert z.read("timeline/gpu/libtimeline_inject.so") == open(libs["libtimeline_inject.so"], "rb").read()
-    assert {"timeline/gpu/records.h", "timeline/gpu/inject/inject.c", "timeline/bpf/build_inject.py"} <= names
 
 
 def test_records_of_each_kind(libs):
@@ -406,16 +388,6 @@ def test_recorder_gone_target_unaffected(libs, close_at_once):
         r, out, _ = run(libs, "basic", 50, None, TIMELINE_GPU_SOCKET=f"tl-gpu-nobody-{os.getpid()}")
     assert r.returncode == 0, r.stderr
     assert out["t1"] > out["t0"] and r.stderr == ""
-
-
-def test_stuck_recorder_costs_at_most_the_send_timeout(libs):
-    """A recorder that accepts but never reads: once the socket buffer is full the send
-    times out (2 s), the connection is dropped, the rest is counted lost, the target ends."""
-    import time
-    t = time.monotonic()
-    r, out, _ = run(libs, "basic", 40_000, Server(never_read=True))  # ~10 MB of records
-    assert r.returncode == 0, r.stderr
-    assert time.monotonic() - t < 30
 
 
 def test_not_recording_is_a_no_op(libs):

@@ -1,7 +1,6 @@
 """`-o` templates (commands/output.expand_template) and their CLI errors."""
 import pytest
 
-from helpers import timeline_cmd
 from timeline.commands.output import expand_template
 from timeline.errors import UserError
 
@@ -32,10 +31,3 @@ def test_rank_missing_or_hostile():
     for env in ({}, {"RANK": "-1"}, {"RANK": "\u0663"}, {"RANK": "1" * 20}):
         with pytest.raises(UserError, match="%r"):
             expand("r%r", env)
-
-
-def test_cli_one_line_error():
-    r = timeline_cmd("record", "-o", "t_%z.pftrace", "--", "true")
-    assert r.returncode != 0
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "%z" in lines[0] and "Traceback" not in r.stderr
