@@ -3,13 +3,15 @@
 #   sudo make test   run the test suite (real eBPF, needs root)
 # Both run scripts/setup.sh first, which installs timeline into the project's
 # virtual environment .venv (made with $(PYTHON), default python3 on PATH).
+# After that, `make test-fast` runs the unit half of the suite (tests/unit)
+# in seconds, without root.
 PYTHON ?= python3
 VENV ?= .venv
 export PYTHON VENV
 VPY := $(VENV)/bin/python
 TIMELINE := $(VENV)/bin/timeline
 
-.PHONY: setup build demo test doctor clean
+.PHONY: setup build demo test test-fast doctor clean
 
 setup:
 	bash scripts/setup.sh
@@ -25,6 +27,11 @@ demo: setup
 
 test: setup
 	$(VPY) -m pytest -q -p no:cacheprovider tests
+
+# No setup here: setup needs root (apt), this must not.
+test-fast:
+	@test -x $(VPY) || { echo "make: no $(VPY) yet: run 'sudo make setup' once" >&2; exit 1; }
+	$(VPY) -m pytest -q -p no:cacheprovider tests/unit
 
 clean:
 	rm -rf timeline/bpf/*.bpf.o timeline/bpf/vmlinux.h demo.pftrace build *.egg-info

@@ -1,4 +1,4 @@
-"""Shared test helpers (plain functions; fixtures live in the test files)."""
+"""Shared test helpers (plain functions; shared fixtures live in conftest.py)."""
 from __future__ import annotations
 
 import os
@@ -52,20 +52,6 @@ def read_raw(path: str) -> dict:
 
 NOBODY = 65534
 SUDO_NOBODY = {"SUDO_UID": str(NOBODY), "SUDO_GID": str(NOBODY), "SUDO_USER": "nobody"}
-
-
-@pytest.fixture
-def udir():
-    """A directory owned by uid 65534 that uid 65534 can reach (pytest's own
-    tmp tree is root-only, which a writer with the user's identity cannot
-    traverse); removed afterwards."""
-    import shutil
-    import tempfile
-
-    d = tempfile.mkdtemp(prefix="tl-user-", dir="/tmp")
-    os.chown(d, NOBODY, NOBODY)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def assert_one_row_per_pid_and_tid(tp) -> None:

@@ -1,4 +1,4 @@
-"""A small stand-in training loop for tests/test_pystack_view.py and the
+"""A small stand-in training loop for tests/system/test_pystack_view.py and the
 screenshots in docs/python-stacks.md: Python work on the CPU (forward ->
 augment), a CUDA synchronization per step (the real libcudart's
 cudaStreamSynchronize through ctypes, as loss.item() would make), and a

@@ -1,4 +1,4 @@
-"""Target of tests/test_pystack_processes.py: Python stacks in threads, forked
+"""Target of tests/system/test_pystack_processes.py: Python stacks in threads, forked
 and spawned worker processes, deep recursion and exec'd code.  Each mode
 blocks in known functions and prints one JSON line with what the test needs.
 

@@ -198,7 +198,7 @@ def T(us: int) -> int:
 
 
 def scenario(path, end: bool = True) -> str:
-    """The reference scenario tests/test_converters.py checks in detail.
+    """The reference scenario tests/unit/test_converters.py checks in detail.
 
     Launch mode, 2 CPUs.  Process 1000 (python3 train.py --epochs 2, launched by
     recorder 999) with threads 1001 (renamed pt_data, then loader0) and 1002

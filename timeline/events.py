@@ -3,7 +3,7 @@ range, loss counter layout) and the ring buffer record framing.
 
 A family's own records (ring id, dtype, kinds) are in its dtype module beside
 its code, mirroring its header (timeline/cuda/records.py mirrors
-timeline/cuda/records.h); tests/test_layout.py checks each against its header
+timeline/cuda/records.h); tests/unit/test_layout.py checks each against its header
 and the BTF of the built objects.  This module names no family.
 """
 from __future__ import annotations

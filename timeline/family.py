@@ -38,13 +38,13 @@ class Ring:
 
     The family's header defines the id, the kinds and the record struct; the
     dtype module of the same name beside it (cuda/records.h: cuda/records.py)
-    mirrors them once (tests/test_layout.py checks both)."""
+    mirrors them once (tests/unit/test_layout.py checks both)."""
     id: int
     dtype: np.dtype            # the mirror, in the header's dtype module, of ...
     struct: str                # ... this C struct (checked against the objects' BTF)
     kinds: type[enum.IntEnum]  # record kinds: `kind` field value -> name in the summary
     map: str = ""              # the BPF ring buffer map; "" for records a plugin writes itself
-    default_bytes: int = 0     # the map's max_entries in its .bpf.c (checked by tests/test_layout.py)
+    default_bytes: int = 0     # the map's max_entries in its .bpf.c (checked by tests/unit/test_layout.py)
     header: str = ""           # the header defining it, relative to timeline/ ("cuda/records.h")
     ts_field: str = "ts"       # the field that times a record (capture windows cut by it, the trace spans it)
 

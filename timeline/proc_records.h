@@ -2,7 +2,7 @@
 /*
  * Family proc (timeline/core_families.py, timeline/bpf/proc.bpf.c): the
  * process tree's records.  Mirrored once by timeline/proc_records.py;
- * tests/test_layout.py checks both against the BTF of proc.bpf.o.
+ * tests/unit/test_layout.py checks both against the BTF of proc.bpf.o.
  * Included after vmlinux.h (tracking.bpf.h), which defines the __u* types.
  */
 #ifndef TIMELINE_PROC_RECORDS_H

@@ -1,6 +1,6 @@
 """Python mirror of timeline/proc_records.h: the proc family's ring (the process tree).
 
-proc_records.h is the one definition; tests/test_layout.py checks this dtype
+proc_records.h is the one definition; tests/unit/test_layout.py checks this dtype
 and these constants against it and against the BTF of proc.bpf.o.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Adding a family is one line in FAMILY_LIST (docs/architecture.md walks
 through the rest).  Importing this module imports the descriptors only
 (timeline/*/family.py), never a family's plugin or converter.  This module
 and the families' packages are the only ones that name a family
-(tests/test_family_registry.py checks the others).
+(tests/unit/test_family_registry.py checks the others).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ EXTRA_FAMILIES_VAR = "TIMELINE_EXTRA_FAMILIES"
 
 def _extra_families() -> tuple[Family, ...]:
     """Descriptors of families outside this tree, for tests of a family package
-    (tests/test_family_toy.py): TIMELINE_EXTRA_FAMILIES="module:NAME,...".
+    (tests/system/test_family_toy.py): TIMELINE_EXTRA_FAMILIES="module:NAME,...".
     Ignored under sudo (SUDO_UID set): root would import code the invoking
     user names."""
     specs = os.environ.get(EXTRA_FAMILIES_VAR, "")

@@ -18,7 +18,7 @@ or device cannot hang or trigger anything (O_NONBLOCK open, then refused).
 Without sudo (`user` None, or an identity.InvokingUser that is not in sudo
 mode) the same flags and checks apply in-process.
 
-tests/test_open_calls.py fails on any file open in the package that does not
+tests/unit/test_open_calls.py fails on any file open in the package that does not
 go through this module, safe_output, or a vetted exception listed there.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 /*
  * Family sched (timeline/core_families.py, timeline/bpf/sched.bpf.c): the
  * records of its ring.  Mirrored once by timeline/sched_records.py;
- * tests/test_layout.py checks both against the BTF of sched.bpf.o.
+ * tests/unit/test_layout.py checks both against the BTF of sched.bpf.o.
  * Included after vmlinux.h (tracking.bpf.h), which defines the __u* types.
  */
 #ifndef TIMELINE_SCHED_RECORDS_H

@@ -1,6 +1,6 @@
 """Python mirror of timeline/sched_records.h: the sched family's ring.
 
-sched_records.h is the one definition; tests/test_layout.py checks this dtype
+sched_records.h is the one definition; tests/unit/test_layout.py checks this dtype
 and these constants against it and against the BTF of sched.bpf.o.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * What every ring shares: the range of ring ids and the layout of the loss
- * counters.  Mirrored by timeline/events.py (tests/test_layout.py compares).
+ * counters.  Mirrored by timeline/events.py (tests/unit/test_layout.py compares).
  *
  * Each family's records are defined in its own header beside its code (e.g.
  * timeline/cuda/records.h, mirrored by timeline/cuda/records.py): its ring id
@@ -14,7 +14,7 @@
 #define TIMELINE_EVENTS_H
 
 /* Ring ids are 1 .. TL_MAX_RINGS - 1 (0 is no ring); each is claimed by one
- * family (tests/test_family_registry.py refuses a collision).  Raising it
+ * family (tests/unit/test_family_registry.py refuses a collision).  Raising it
  * only grows the drops map below. */
 #define TL_MAX_RINGS 32
 

@@ -2,7 +2,7 @@
 /*
  * Family cuda (timeline/cuda/family.py, cuda.bpf.c beside this file): CUDA
  * runtime, driver and NCCL calls.  Mirrored once by timeline/cuda/records.py;
- * tests/test_layout.py checks both against the BTF of cuda.bpf.o.
+ * tests/unit/test_layout.py checks both against the BTF of cuda.bpf.o.
  * Included after vmlinux.h (tracking.bpf.h), which defines the __u* types.
  */
 #ifndef TIMELINE_CUDA_RECORDS_H

@@ -1,6 +1,6 @@
 """Python mirror of timeline/cuda/records.h: the cuda family's ring (see the header for the meaning).
 
-records.h is the one definition; tests/test_layout.py checks this dtype and
+records.h is the one definition; tests/unit/test_layout.py checks this dtype and
 these constants against it and against the BTF of cuda.bpf.o.
 """
 from __future__ import annotations

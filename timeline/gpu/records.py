@@ -1,6 +1,6 @@
 """Python mirror of timeline/gpu/records.h: the record layout stored in ring 7 and the socket wire format.
 
-records.h is the one definition; tests/test_gpu_records.py compiles it and checks this mirror agrees.
+records.h is the one definition; tests/unit/test_gpu_records.py compiles it and checks this mirror agrees.
 The wire parsers here treat every byte as hostile: each length is bounded before anything is read.
 """
 import enum

@@ -2,7 +2,7 @@
 /*
  * Family block (timeline/kctx/family.py, block.bpf.c beside this file):
  * block I/O requests.  Mirrored once by timeline/kctx/block_records.py;
- * tests/test_layout.py checks both against the BTF of block.bpf.o.
+ * tests/unit/test_layout.py checks both against the BTF of block.bpf.o.
  * Included after vmlinux.h (tracking.bpf.h), which defines the __u* types.
  */
 #ifndef TIMELINE_BLOCK_RECORDS_H

@@ -1,6 +1,6 @@
 """Python mirror of timeline/kctx/block_records.h: the block family's ring.
 
-block_records.h is the one definition; tests/test_layout.py checks this dtype
+block_records.h is the one definition; tests/unit/test_layout.py checks this dtype
 and these constants against it and against the BTF of block.bpf.o.
 """
 from __future__ import annotations

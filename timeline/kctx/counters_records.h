@@ -2,7 +2,7 @@
 /*
  * Family counters (timeline/kctx/family.py, counters.bpf.c beside this file):
  * per-thread totals at exit.  Mirrored once by timeline/kctx/counters_records.py;
- * tests/test_layout.py checks both against the BTF of counters.bpf.o.
+ * tests/unit/test_layout.py checks both against the BTF of counters.bpf.o.
  * Included after vmlinux.h (tracking.bpf.h), which defines the __u* types.
  */
 #ifndef TIMELINE_COUNTERS_RECORDS_H

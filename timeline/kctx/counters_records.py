@@ -1,6 +1,6 @@
 """Python mirror of timeline/kctx/counters_records.h: the counters family's ring.
 
-counters_records.h is the one definition; tests/test_layout.py checks this
+counters_records.h is the one definition; tests/unit/test_layout.py checks this
 dtype and these constants against it and against the BTF of counters.bpf.o.
 """
 from __future__ import annotations

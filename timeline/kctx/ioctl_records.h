@@ -2,7 +2,7 @@
 /*
  * Family ioctl (timeline/kctx/family.py, ioctl.bpf.c beside this file):
  * ioctl(2) calls.  Mirrored once by timeline/kctx/ioctl_records.py;
- * tests/test_layout.py checks both against the BTF of ioctl.bpf.o.
+ * tests/unit/test_layout.py checks both against the BTF of ioctl.bpf.o.
  * Included after vmlinux.h (tracking.bpf.h), which defines the __u* types.
  */
 #ifndef TIMELINE_IOCTL_RECORDS_H

@@ -1,6 +1,6 @@
 """Python mirror of timeline/kctx/ioctl_records.h: the ioctl family's ring.
 
-ioctl_records.h is the one definition; tests/test_layout.py checks this dtype
+ioctl_records.h is the one definition; tests/unit/test_layout.py checks this dtype
 and these constants against it and against the BTF of ioctl.bpf.o.
 """
 from __future__ import annotations

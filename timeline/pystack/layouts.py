@@ -4,7 +4,7 @@ The offsets below come from each version's own headers (Include/internal/
 pycore_runtime.h, pycore_interp.h, pycore_frame.h, cpython/pystate.h,
 cpython/code.h; offsetof() compiled against the installed headers of
 3.10.13, 3.11.7, 3.12.1 and 3.13.0) and are checked against the running
-interpreters by tests/test_pystack_layouts.py, which reads a known frame of
+interpreters by tests/system/test_pystack_layouts.py, which reads a known frame of
 a live process with process_vm_readv.  They are stable within a minor
 version (CPython keeps these structs' layouts fixed in bug-fix releases).
 

@@ -3,8 +3,8 @@
  * Family pystack (timeline/pystack/family.py, pystack.bpf.c beside this
  * file): Python call stacks of the recorded threads, at CUDA synchronizing
  * calls and where a thread blocks.  Mirrored once by
- * timeline/pystack/records.py; tests/test_layout.py checks the ring's
- * record, tests/test_pystack_layout.py the other structs, against the BTF of
+ * timeline/pystack/records.py; tests/unit/test_layout.py checks the ring's
+ * record, tests/system/test_pystack_layouts.py the other structs, against the BTF of
  * pystack.bpf.o.  Included after vmlinux.h (tracking.bpf.h).
  */
 #ifndef TIMELINE_PYSTACK_RECORDS_H

@@ -1,7 +1,7 @@
 """Python mirror of timeline/pystack/records.h (see the header for the meaning).
 
-records.h is the one definition; tests/test_layout.py checks the ring's
-dtype and these constants against it, tests/test_pystack_layout.py the
+records.h is the one definition; tests/unit/test_layout.py checks the ring's
+dtype and these constants against it, tests/system/test_pystack_layouts.py the
 other structs against the BTF of pystack.bpf.o.
 """
 from __future__ import annotations

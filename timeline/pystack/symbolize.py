@@ -12,7 +12,7 @@ cache starts as a copy of its parent's (the same memory until it changes,
 and the checksum says when it did).
 
 Line tables (decoded here, checked against co_lines() of each version by
-tests/test_pystack_layouts.py):
+tests/system/test_pystack_layouts.py):
   3.10  co_linetable: (bytecode delta, line delta) byte pairs, -128 = no line
   3.11+ the location table of PEP 657 (Objects/locations.md): entries of
         1-8 code units, each with a line delta and columns

@@ -6,7 +6,7 @@ raw block.  The packets written by the million (compact sched here, the
 families' TrackEvents in sink.py) are encoded by hand (wire.py), with the
 proto's field numbers (fields.py); the rest are perfetto_trace_pb2 messages.
 
-What goes in, and what trace_processor (v52, checked by tests/test_converters.py)
+What goes in, and what trace_processor (v52, checked by tests/unit/test_converters.py)
 makes of it:
 - clock_snapshot (BOOTTIME/REALTIME/MONOTONIC from the header, again from the
   END block): timestamps stay BOOTTIME, the UI can show wall time.

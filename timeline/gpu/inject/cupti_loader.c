@@ -25,7 +25,7 @@ struct tl_cupti_fns tl_cupti;
 
 /* API versions whose CONCURRENT_KERNEL/MEMCPY/MEMCPY2/MEMSET/RUNTIME/DRIVER/
  * SYNCHRONIZATION records have the layouts of the headers each decoder is
- * compiled with (checked field by field by tests/test_gpu_inject.py where
+ * compiled with (checked field by field by tests/unit/test_gpu_inject.py where
  * several header sets are at hand).  Others: unsupported, library inert. */
 struct layout_range { uint32_t lo, hi; int layout; };
 static const struct layout_range layouts[] = {
