@@ -191,6 +191,7 @@ class RingLog:
         except OSError as e:
             error = f"cannot write {path}: {e.strerror}"
         if error is not None:
+            log.drop_stateless_tail()
             kept = [s.path for s in log.segments]
             log.release()
             return RawLogEnd(size=log.bytes_written, error=error, kept_segments=kept)

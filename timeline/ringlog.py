@@ -243,6 +243,20 @@ class SegmentedLog:
             seg.drop(self.user)
         self.segments.clear()
 
+    def drop_stateless_tail(self) -> None:
+        """Remove trailing segments that hold no event of their own, only the
+        state carried into them (the disk filled as one was begun), so the
+        last segment left holds the latest events."""
+        while len(self.segments) > 1 and not self._has_events(self.segments[-1]):
+            self.segments.pop().drop(self.user)
+
+    @staticmethod
+    def _has_events(seg: Segment) -> bool:
+        if seg.fd < 0:
+            return True  # cannot tell: keep it
+        with RawLogReader(seg.fd, seg.path) as r:
+            return any(j >= seg.carried and blk.kind == KIND_RING for j, blk in enumerate(r.blocks()))
+
     def release(self) -> None:
         """Let go of the segments' descriptors, leaving the files (they hold the recording)."""
         for seg in self.segments:
