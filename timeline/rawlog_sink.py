@@ -63,14 +63,8 @@ def open_raw_log(path: str, header: dict, user, ring: RingOptions | None, warn: 
         raise UserError(f"cannot write {path}: {e.strerror}") from None
 
 
-class PlainLog:
-    """The raw log as one file at its path."""
-
-    dumps = 0  # a plain log keeps everything: it has no last DURATION to dump
-
-    def __init__(self, path: str, header: dict, user):
-        self.path, self.user = path, user
-        self._log = RawLogWriter(path, header, user=user, background=True)
+class _Sink:
+    """What both kinds pass straight on to the writer they hold (`_log`)."""
 
     @property
     def bytes_written(self) -> int:
@@ -87,6 +81,16 @@ class PlainLog:
 
     def flush(self) -> None:
         self._log.flush()
+
+
+class PlainLog(_Sink):
+    """The raw log as one file at its path."""
+
+    dumps = 0  # a plain log keeps everything: it has no last DURATION to dump
+
+    def __init__(self, path: str, header: dict, user):
+        self.path, self.user = path, user
+        self._log = RawLogWriter(path, header, user=user, background=True)
 
     def start(self, always_keep, lock) -> None:
         """Nothing to carry from one file to the next."""
@@ -112,7 +116,7 @@ class PlainLog:
         remove(self.path, self.user)
 
 
-class RingLog:
+class RingLog(_Sink):
     """--ring: the raw log as bounded segments, the last DURATION gathered on demand."""
 
     def __init__(self, path: str, header: dict, user, ring: RingOptions, warn: Callable[[str], None]):
@@ -121,22 +125,6 @@ class RingLog:
         self._log.warn = warn  # a segment that cannot be created: said once, recording goes on
         self._lock = None
         self.dumps = 0
-
-    @property
-    def bytes_written(self) -> int:
-        return self._log.bytes_written
-
-    def write_block(self, kind: bytes, payload, ring: int = 0) -> None:
-        self._log.write_block(kind, payload, ring)
-
-    def write_meta(self, obj: dict) -> None:
-        self._log.write_meta(obj)
-
-    def write_ring(self, ring: int, data) -> None:
-        self._log.write_ring(ring, data)
-
-    def flush(self) -> None:
-        self._log.flush()
 
     def start(self, always_keep, lock) -> None:
         """always_keep(ring, rows) -> mask or None: a family's bookkeeping rows,
