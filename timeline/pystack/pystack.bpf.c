@@ -70,6 +70,9 @@ struct py_settings {
 struct py_thread {
 	__u64 tstate;      /* 0: no thread state found ... */
 	__u64 head;        /* ... while threads.head was this */
+	__u64 head_id;     /* ... with this thread_id (a new thread's state is
+			    * pushed at the head before the thread binds it: 0
+			    * until then on 3.12+, the creator's id on 3.10/3.11) */
 	__u64 ts;          /* ... at this time */
 };
 
@@ -291,7 +294,7 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &tid);
 	struct py_thread upd = {};
 	struct thread_walk w = {};
-	__u64 head, now;
+	__u64 head, head_id, now;
 	int err = 0;
 
 	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err)
@@ -307,8 +310,13 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 		*flags |= TL_PYF_FAULT;
 		return 0;
 	}
+	head_id = head ? read_u64(head + p->ts_thread_id, &err) : 0;
+	err = 0;
 	now = bpf_ktime_get_boot_ns();
-	if (c && !c->tstate && c->head == head && now - c->ts < NEG_CACHE_NS) {
+	/* "No state" stands while the list's head is unchanged, and so is its
+	 * thread_id: a thread that blocked before binding the state made for it
+	 * is looked for again once it has. */
+	if (c && !c->tstate && c->head == head && c->head_id == head_id && now - c->ts < NEG_CACHE_NS) {
 		*flags |= TL_PYF_NO_STATE;
 		return 0;
 	}
@@ -322,6 +330,7 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 		*flags |= TL_PYF_NO_STATE;
 	upd.tstate = w.found;
 	upd.head = head;
+	upd.head_id = head_id;
 	upd.ts = now;
 	bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
 	return w.found;
