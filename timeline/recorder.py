@@ -120,13 +120,21 @@ def preflight(cfg: RecordConfig) -> None:
             raise UserError(f"--buffer-size {fam}={mib}: at most {MAX_RING_MIB} MiB per ring")
 
 
-def _clock_snapshot() -> dict:
-    # Read BOOTTIME between two REALTIME reads; take the midpoint.
-    r0 = time.clock_gettime_ns(time.CLOCK_REALTIME)
-    b = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-    m = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    r1 = time.clock_gettime_ns(time.CLOCK_REALTIME)
-    return {"boottime_ns": b, "realtime_ns": (r0 + r1) // 2, "monotonic_ns": m}
+def _clock_snapshot(tries: int = 8) -> dict:
+    """BOOTTIME and MONOTONIC read between two REALTIME reads, REALTIME taken
+    as their midpoint: of several tries, the one whose REALTIME reads were
+    closest (a preemption between them would shift a merged machine's events
+    by as long as it lasted)."""
+    best = None
+    for _ in range(tries):
+        r0 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        b = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        m = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        r1 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        if best is None or r1 - r0 < best[0]:
+            best = (r1 - r0, b, (r0 + r1) // 2, m)
+    _, b, r, m = best
+    return {"boottime_ns": b, "realtime_ns": r, "monotonic_ns": m}
 
 
 def _header(cfg: RecordConfig, names: list[str], plugins: list) -> dict:

@@ -75,8 +75,9 @@ def test_clock_offset_is_corrected(nodes):
         machines = tp.query("select id, raw_id from machine order by id").rows
         assert [r[1] for r in machines] == [0, 1]
         got = first_process(tp, 1)
-        # back within the jitter of one clock snapshot pair (two clock reads)
-        assert got["pid"] == truth["pid"] and abs(got["start_ts"] - truth["start_ts"]) < 10_000, (got, truth)
+        # back within the error of two clock snapshots taken seconds apart: each
+        # pair's read jitter, and REALTIME's slew between them (NTP: up to 500 ppm)
+        assert got["pid"] == truth["pid"] and abs(got["start_ts"] - truth["start_ts"]) < 500_000, (got, truth)
         # node a's own times are untouched
         with open_trace(nodes["a"]) as ta:
             assert first_process(tp, 0) == first_process(ta, 0)
