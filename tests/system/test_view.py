@@ -50,9 +50,9 @@ def _chromium() -> str:
 class Viewer:
     """`timeline view --no-browser --port 0 TRACE` in a subprocess."""
 
-    def __init__(self, trace: str, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "timeline.cli", "view", "--no-browser", *args, trace],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, trace: str, *args: str, env: dict | None = None, browser: bool = False):
+        argv = [sys.executable, "-m", "timeline.cli", "view", *(() if browser else ("--no-browser",)), *args, trace]
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
         line = self.proc.stdout.readline() if ready else ""
         if not line:
@@ -63,10 +63,10 @@ class Viewer:
         self.origin = "/".join(self.base.split("/", 3)[:3])  # http://127.0.0.1:PORT
         self.prefix = self.base[len(self.origin):]  # /TOKEN/
 
-    def stop(self) -> tuple[int, str]:
-        """Ctrl-C, as in a terminal; returns (exit code, stderr)."""
+    def stop(self, sig=signal.SIGINT) -> tuple[int, str]:
+        """Ctrl-C (or `sig`), as in a terminal; returns (exit code, stderr)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:

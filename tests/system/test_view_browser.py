@@ -9,25 +9,22 @@ import html
 import json
 import os
 import re
-import select
 import signal
 import stat
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
 
 import pytest
 
-from test_view import SAMPLE, Browser, _expected_tracks
+from test_view import SAMPLE, Browser, Viewer, _expected_tracks
 
 FAKE_BROWSER = """#!/bin/sh
 printf '%s\\n' "$@" > "$ARGV_FILE.tmp" && mv "$ARGV_FILE.tmp" "$ARGV_FILE"
 """
 
 
-class ViewerWithBrowser:
+class ViewerWithBrowser(Viewer):
     """`timeline view TRACE` (a browser opened) with TMPDIR of its own."""
 
     def __init__(self, tmp_path, *args: str, tmpdir_usable: bool = True):
@@ -41,14 +38,7 @@ class ViewerWithBrowser:
         browser.chmod(0o755)
         self.argv_file = tmp_path / "argv"
         env = {**os.environ, "BROWSER": str(browser), "ARGV_FILE": str(self.argv_file), "TMPDIR": str(self.tmpdir)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "timeline.cli", "view", *args, SAMPLE], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.stop()
-            raise AssertionError(f"no URL printed: {self.proc.stderr.read()}")
-        self.url = line.strip().split(": ", 1)[1]
+        super().__init__(SAMPLE, *args, env=env, browser=True)
         self.token = urllib.parse.urlsplit(self.url).path.split("/")[1]
 
     def browser_argv(self, timeout: float = 30) -> list[str]:
@@ -57,16 +47,6 @@ class ViewerWithBrowser:
             assert time.monotonic() < deadline and self.proc.poll() is None, "the browser was not started"
             time.sleep(0.05)
         return self.argv_file.read_text().splitlines()
-
-    def stop(self, sig=signal.SIGINT) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode, self.proc.stderr.read()
 
 
 def page_path(argv: list[str]) -> str:

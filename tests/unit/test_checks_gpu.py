@@ -10,7 +10,6 @@ check; a GPU-bound one (a queue of long kernels, all-reduce overlapped) is quiet
 from __future__ import annotations
 
 import pytest
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from test_query_check import PID, TID, Events, report, result, sched_base, us
 
@@ -18,23 +17,7 @@ STEPS = 50
 
 
 class GpuEvents(Events):
-    def span(self, track, ts, dur, name, cat, flow_out=None, flow_in=None, **args):
-        """A slice whose begin starts (flow_out) or ends (flow_in) a flow."""
-        b = self._packet(ts).track_event
-        b.type, b.track_uuid, b.name = pb.TrackEvent.TYPE_SLICE_BEGIN, track, name
-        b.categories.append(cat)
-        if flow_out is not None:
-            b.flow_ids.append(flow_out)
-        if flow_in is not None:
-            b.terminating_flow_ids.append(flow_in)
-        for k, v in args.items():
-            a = b.debug_annotations.add(name=k)
-            if isinstance(v, str):
-                a.string_value = v
-            else:
-                a.int_value = v
-        e = self._packet(ts + dur).track_event
-        e.type, e.track_uuid = pb.TrackEvent.TYPE_SLICE_END, track
+    span = Events.slice  # (the name the GPU tests read better with)
 
 
 def gpu_trace(d, host_bound: bool) -> str:
@@ -50,7 +33,7 @@ def gpu_trace(d, host_bound: bool) -> str:
 
     def launch(name, cat, kernel, gpu_dur, track, start=None):
         """A launch call at t (5 us) and its kernel, starting no earlier than `start`."""
-        nonlocal t, gpu_free, corr
+        nonlocal t, corr
         corr += 1
         ev.span(th, us(t), 5000, name, cat, flow_out=corr, kernel=kernel, ret=0)
         begin = max(t + 3, start if start is not None else gpu_free)

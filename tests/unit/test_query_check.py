@@ -71,10 +71,15 @@ class Events:
             d.process.pid = pid
         return self._uuid
 
-    def slice(self, track, ts, dur, name, cat, **args):
+    def slice(self, track, ts, dur, name, cat, flow_out=None, flow_in=None, **args):
+        """A slice whose begin starts (flow_out) or ends (flow_in) a flow."""
         b = self._packet(ts).track_event
         b.type, b.track_uuid, b.name = pb.TrackEvent.TYPE_SLICE_BEGIN, track, name
         b.categories.append(cat)
+        if flow_out is not None:
+            b.flow_ids.append(flow_out)
+        if flow_in is not None:
+            b.terminating_flow_ids.append(flow_in)
         for k, v in args.items():
             a = b.debug_annotations.add(name=k)
             if isinstance(v, str):
