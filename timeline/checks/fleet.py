@@ -54,23 +54,31 @@ def _one(job) -> dict:
 
 def _check_loaded(path: str, fd: int, tp_config, ids, params) -> dict:
     """The checks on the trace open on `fd`, loaded by tp_config's engine."""
+    from dataclasses import replace
+
     from ..trace_processor import TraceProcessorError
     from .report import to_json
-    from .runner import run_checks
+    from .runner import check_trace
+
+    class LoadFailed(Exception):
+        pass
+
+    def load(memory64):
+        config = tp_config if memory64 is None else replace(tp_config, engine="wasm", wasm_memory64=memory64)
+        try:
+            return config.load(path, fd=fd)
+        except Exception as e:  # noqa: BLE001 - one bad trace must not stop the fleet
+            raise LoadFailed(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
     try:
-        tp = tp_config.load(path, fd=fd)
-    except Exception as e:  # noqa: BLE001 - one bad trace must not stop the fleet
-        return {"trace": path, "error": f"cannot load: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
-    try:
-        return to_json(run_checks(tp, path, only=ids, params=params))
+        return to_json(check_trace(load, path, only=ids, params=params))
+    except LoadFailed as e:
+        return {"trace": path, "error": f"cannot load: {e}"}
     except TraceProcessorError as e:
         from .completeness import fd_problem
 
         cut = fd_problem(fd)
         return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}" + (f"; {cut}" if cut else "")}
-    finally:
-        tp.close()
 
 
 def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | None = None) -> list[dict]:

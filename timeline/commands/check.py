@@ -169,20 +169,23 @@ def _selection(only, params):
 
 def _run_checks(trace: str, tp_config: TraceProcessorConfig, user: InvokingUser, ids, overrides):
     """The report on one trace; a trace_processor failure is one line (with the cut, if the file is cut)."""
-    from ..checks import run_checks
+    from dataclasses import replace
+
+    from ..checks.runner import check_trace
     from ..trace_processor import TraceProcessorError
 
-    tp = open_trace_or_fail(trace, tp_config, user)
+    def load(memory64):
+        config = tp_config if memory64 is None else replace(tp_config, engine="wasm", wasm_memory64=memory64)
+        return open_trace_or_fail(trace, config, user)
+
     try:
-        return run_checks(tp, trace, only=ids, params=overrides)
+        return check_trace(load, trace, only=ids, params=overrides)
     except TraceProcessorError as e:
         from ..checks.completeness import file_problem
 
         # a cut JSON trace loads as nothing at all: the cut is the news, not the missing table
         cut = file_problem(trace)
         raise UserError(f"checks failed: {_one_line(e)}" + (f"; {cut}" if cut else "")) from None
-    finally:
-        tp.close()
 
 
 def _print_report(report, fmt: str, verbose: bool) -> None:
