@@ -85,10 +85,15 @@ def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | Non
     """Every trace's report (or error), checked in a pool of forked workers.
     tp_config: trace_processor.TraceProcessorConfig; user: identity.InvokingUser,
     whom the traces are opened as."""
-    workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
-    jobs = [(p, tp_config, user, ids, params) for p in paths]
+    return run_pool(_one, [(p, tp_config, user, ids, params) for p in paths], workers)
+
+
+def run_pool(fn, jobs: list, workers: int | None = None) -> list:
+    """fn(job) for every job, in order, in a pool of forked workers (one
+    engine each) that die with us and leave Ctrl-C to us."""
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
     if workers == 1:
-        return [_one(j) for j in jobs]
+        return [fn(j) for j in jobs]
     # fork: the workers are our children (PR_SET_PDEATHSIG is about the parent),
     # and they start without a second import of everything
     ctx = multiprocessing.get_context("fork")
@@ -98,12 +103,12 @@ def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | Non
     try:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            results = pool.map(_one, jobs)  # forks every worker now
+            results = pool.map(fn, jobs)  # forks every worker now
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         out = list(results)
     except BaseException:
-        # Ctrl-C (or anything else): stop now, not after the traces in flight
+        # Ctrl-C (or anything else): stop now, not after the jobs in flight
         for proc in set(multiprocessing.active_children()) - before:
             proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -106,7 +106,8 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, t
     """Run the built-in checks on TRACE (input stalls, CPU contention, CUDA
     launch/sync/allocator/graph problems, block I/O, driver ioctls, drops).
     TRACE may be a directory or a glob: every trace is checked, in parallel,
-    with one table and a fleet summary.
+    with one table and a fleet summary; or a trace set (a directory with an
+    index.json): its chunks are checked in parallel and merged into one report.
 
     Checks whose data is not in the trace say "not recorded". Exit status:
     0, or 1 with --fail-on when a finding reaches that severity, 2 on errors,
@@ -128,6 +129,21 @@ def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, 
         raise UserError("missing TRACE (or use --list)")
     ids, overrides = _selection(only, params)
     user = invoking_user()  # in sudo mode traces are read, and --annotate written, as this user
+    from ..checks.traceset import is_trace_set
+
+    if is_trace_set(trace):
+        if annotate_out:
+            raise UserError("--annotate takes one trace, not a trace set")
+        from ..checks.traceset import check_set
+
+        report = check_set(trace, tp_config, user, ids, overrides)
+        _print_report(report, fmt, verbose)
+        if report.incomplete:
+            raise UserError(f"not every chunk could be checked: {report.incomplete}")
+        worst = report.worst()
+        if fail_on and worst and FAIL_LEVELS.index(worst) >= FAIL_LEVELS.index(fail_on):
+            sys.exit(EXIT_FINDINGS)
+        return
     many = _many(trace)
     if many is not None:
         if annotate_out:
