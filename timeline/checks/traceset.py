@@ -41,8 +41,11 @@ def read_index(path: str, user=None) -> list[dict]:
     a UserError (one line) when the index is not one."""
     where = printable(os.path.join(path, INDEX))
     try:
-        raw = user.read_file(os.path.join(path, INDEX), limit=MAX_INDEX_BYTES) if user else \
-            open(os.path.join(path, INDEX), "rb").read(MAX_INDEX_BYTES)
+        if user is None:
+            from ..identity import invoking_user
+
+            user = invoking_user()
+        raw = user.read_file(os.path.join(path, INDEX), limit=MAX_INDEX_BYTES)
         doc = json.loads(raw)
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read the trace set index {where}: {getattr(e, 'strerror', None) or e}") from None
