@@ -54,33 +54,46 @@ def _one(job) -> dict:
 
 def _check_loaded(path: str, fd: int, tp_config, ids, params) -> dict:
     """The checks on the trace open on `fd`, loaded by tp_config's engine."""
+    from dataclasses import replace
+
     from ..trace_processor import TraceProcessorError
     from .report import to_json
-    from .runner import run_checks
+    from .runner import check_trace
+
+    class LoadFailed(Exception):
+        pass
+
+    def load(memory64):
+        config = tp_config if memory64 is None else replace(tp_config, engine="wasm", wasm_memory64=memory64)
+        try:
+            return config.load(path, fd=fd)
+        except Exception as e:  # noqa: BLE001 - one bad trace must not stop the fleet
+            raise LoadFailed(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
     try:
-        tp = tp_config.load(path, fd=fd)
-    except Exception as e:  # noqa: BLE001 - one bad trace must not stop the fleet
-        return {"trace": path, "error": f"cannot load: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
-    try:
-        return to_json(run_checks(tp, path, only=ids, params=params))
+        return to_json(check_trace(load, path, only=ids, params=params))
+    except LoadFailed as e:
+        return {"trace": path, "error": f"cannot load: {e}"}
     except TraceProcessorError as e:
         from .completeness import fd_problem
 
         cut = fd_problem(fd)
         return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}" + (f"; {cut}" if cut else "")}
-    finally:
-        tp.close()
 
 
 def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | None = None) -> list[dict]:
     """Every trace's report (or error), checked in a pool of forked workers.
     tp_config: trace_processor.TraceProcessorConfig; user: identity.InvokingUser,
     whom the traces are opened as."""
-    workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
-    jobs = [(p, tp_config, user, ids, params) for p in paths]
+    return run_pool(_one, [(p, tp_config, user, ids, params) for p in paths], workers)
+
+
+def run_pool(fn, jobs: list, workers: int | None = None) -> list:
+    """fn(job) for every job, in order, in a pool of forked workers (one
+    engine each) that die with us and leave Ctrl-C to us."""
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
     if workers == 1:
-        return [_one(j) for j in jobs]
+        return [fn(j) for j in jobs]
     # fork: the workers are our children (PR_SET_PDEATHSIG is about the parent),
     # and they start without a second import of everything
     ctx = multiprocessing.get_context("fork")
@@ -90,12 +103,12 @@ def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | Non
     try:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            results = pool.map(_one, jobs)  # forks every worker now
+            results = pool.map(fn, jobs)  # forks every worker now
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         out = list(results)
     except BaseException:
-        # Ctrl-C (or anything else): stop now, not after the traces in flight
+        # Ctrl-C (or anything else): stop now, not after the jobs in flight
         for proc in set(multiprocessing.active_children()) - before:
             proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -85,6 +85,8 @@ def render_text(report: Report, console, verbose: bool = False) -> None:
             parts.append(Text(printable(r.note or ""), "dim"))
         elif r.status == "failed":
             parts.append(Text(f"could not run: {printable(r.error)}", "red"))
+        if r.note and r.status != "not recorded":
+            parts.append(Text(printable(r.note), "dim"))
         for f in r.findings:
             main = f.severity != "info" or r.status == "info"
             quiet = f.severity in ("ok", "n/a")

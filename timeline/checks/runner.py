@@ -175,3 +175,36 @@ def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,
         elif incomplete and r.status == "not recorded":
             r.note = f"{r.note} (but the trace is not complete: it may have been cut off)"
     return Report(trace_path, getattr(tp, "engine_name", "?"), start, end, families, results, incomplete)
+
+
+def ran_out_of_memory(tp) -> bool:
+    """The wasm32 engine crashed for want of memory (a memory64 one may not)."""
+    return bool(getattr(tp, "out_of_memory", False)) and getattr(tp, "memory64", True) is False
+
+
+def check_trace(load, trace_path: str = "", only: Optional[Iterable[str]] = None,
+                params: Optional[dict[str, dict[str, float]]] = None) -> Report:
+    """run_checks on the engine `load(None)` returns; when that is the wasm32
+    engine and it runs out of memory in them, once more (saying so on stderr)
+    on the memory64 engine `load(True)` returns. The engines are closed here."""
+    from ..trace_processor.wasm_engine import say
+
+    tp = load(None)
+    try:
+        try:
+            report = run_checks(tp, trace_path, only, params)
+        except TraceProcessorError:
+            if not ran_out_of_memory(tp):
+                raise
+            report = None
+        if report is not None and not ran_out_of_memory(tp):
+            return report
+    finally:
+        tp.close()
+    say(f"{os.path.basename(trace_path)}: the wasm32 engine ran out of memory in the checks; running them "
+        "again on the memory64 engine (slower; the native engine, --engine native, is faster)")
+    tp = load(True)
+    try:
+        return run_checks(tp, trace_path, only, params)
+    finally:
+        tp.close()

@@ -106,7 +106,8 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, t
     """Run the built-in checks on TRACE (input stalls, CPU contention, CUDA
     launch/sync/allocator/graph problems, block I/O, driver ioctls, drops).
     TRACE may be a directory or a glob: every trace is checked, in parallel,
-    with one table and a fleet summary.
+    with one table and a fleet summary; or a trace set (a directory with an
+    index.json): its chunks are checked in parallel and merged into one report.
 
     Checks whose data is not in the trace say "not recorded". Exit status:
     0, or 1 with --fail-on when a finding reaches that severity, 2 on errors,
@@ -128,6 +129,21 @@ def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, 
         raise UserError("missing TRACE (or use --list)")
     ids, overrides = _selection(only, params)
     user = invoking_user()  # in sudo mode traces are read, and --annotate written, as this user
+    from ..checks.traceset import is_trace_set
+
+    if is_trace_set(trace):
+        if annotate_out:
+            raise UserError("--annotate takes one trace, not a trace set")
+        from ..checks.traceset import check_set
+
+        report = check_set(trace, tp_config, user, ids, overrides)
+        _print_report(report, fmt, verbose)
+        if report.incomplete:
+            raise UserError(f"not every chunk could be checked: {report.incomplete}")
+        worst = report.worst()
+        if fail_on and worst and FAIL_LEVELS.index(worst) >= FAIL_LEVELS.index(fail_on):
+            sys.exit(EXIT_FINDINGS)
+        return
     many = _many(trace)
     if many is not None:
         if annotate_out:
@@ -169,20 +185,23 @@ def _selection(only, params):
 
 def _run_checks(trace: str, tp_config: TraceProcessorConfig, user: InvokingUser, ids, overrides):
     """The report on one trace; a trace_processor failure is one line (with the cut, if the file is cut)."""
-    from ..checks import run_checks
+    from dataclasses import replace
+
+    from ..checks.runner import check_trace
     from ..trace_processor import TraceProcessorError
 
-    tp = open_trace_or_fail(trace, tp_config, user)
+    def load(memory64):
+        config = tp_config if memory64 is None else replace(tp_config, engine="wasm", wasm_memory64=memory64)
+        return open_trace_or_fail(trace, config, user)
+
     try:
-        return run_checks(tp, trace, only=ids, params=overrides)
+        return check_trace(load, trace, only=ids, params=overrides)
     except TraceProcessorError as e:
         from ..checks.completeness import file_problem
 
         # a cut JSON trace loads as nothing at all: the cut is the news, not the missing table
         cut = file_problem(trace)
         raise UserError(f"checks failed: {_one_line(e)}" + (f"; {cut}" if cut else "")) from None
-    finally:
-        tp.close()
 
 
 def _print_report(report, fmt: str, verbose: bool) -> None:

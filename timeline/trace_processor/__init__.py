@@ -25,12 +25,12 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ._common import QueryResult, TraceLoadError, TraceProcessorError
+from ._common import EngineOutOfMemory, QueryResult, TraceLoadError, TraceProcessorError
 from ._common import BaseTraceProcessor as TraceProcessor
 from .native_engine import find_trace_processor_shell
 
 __all__ = ["open_trace", "TraceProcessorConfig", "TraceProcessor", "TraceProcessorError", "TraceLoadError",
-           "QueryResult", "find_trace_processor_shell"]
+           "EngineOutOfMemory", "QueryResult", "find_trace_processor_shell"]
 
 ENGINES = ("auto", "wasm", "native")
 
@@ -54,10 +54,12 @@ class TraceProcessorConfig:
     (else $TIMELINE_TP_BIN, perfetto's download cache, PATH). offline=True
     never downloads anything; offline=False lets engine="native" download the
     binary pinned by the perfetto package when none is found locally.
+    wasm_memory64: the wasm build (None: by the trace's estimated need).
     """
     engine: str = "auto"
     bin_path: Optional[str] = None
     offline: bool = True
+    wasm_memory64: Optional[bool] = None
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -81,7 +83,7 @@ class TraceProcessorConfig:
             return open_native(path, shell, fd=fd)
         from .wasm_engine import open_wasm
 
-        return open_wasm(path, fd=fd)
+        return open_wasm(path, memory64=self.wasm_memory64, fd=fd)
 
     def _shell(self) -> Optional[str]:
         """The trace_processor_shell the native engine runs, None for the wasm engine."""

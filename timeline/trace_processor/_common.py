@@ -25,6 +25,11 @@ class TraceLoadError(TraceProcessorError):
     """The trace could not be read or trace_processor could not parse it."""
 
 
+class EngineOutOfMemory(TraceLoadError):
+    """The engine ran out of memory (loading, or in a query): it is unusable
+    now; a larger engine (memory64, native) may succeed."""
+
+
 class QueryResult:
     """Rows of one query; cells are int / float / str / bytes / None."""
 

@@ -28,6 +28,7 @@ import os
 import platform
 import secrets
 import stat
+import sys
 import threading
 import time
 import weakref
@@ -35,11 +36,13 @@ from typing import Optional
 
 import wasmtime
 
-from ._common import BaseTraceProcessor, TraceLoadError, TraceProcessorError, protos
+from ._common import BaseTraceProcessor, EngineOutOfMemory, TraceLoadError, TraceProcessorError, protos
 from .emscripten_host import host_imports
 
 REQ_BUF_SIZE = 32 * 1024 * 1024  # same request buffer size the Perfetto UI uses
-MEMORY64_MIN_TRACE = 1 << 30  # traces from this size up use the memory64 build
+WASM32_HEAP_MAX = 0xFFFF0000  # what the Emscripten JS glue reports: 4 GiB - 64 KiB
+# For tests only: a smaller wasm32 heap (bytes), so a small trace runs it out of memory.
+WASM32_HEAP_ENV = "TIMELINE_WASM32_HEAP_MAX"
 
 # --------------------------------------------------------------------------
 # Locating and compiling the module (compiled once per process, cached on disk)
@@ -235,6 +238,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
         self._mem = ex["memory"]
         self._mem64 = self._mem.type(store).is_64
         self._psize = 8 if self._mem64 else 4
+        self.memory64 = self._mem64
+        self.out_of_memory = False  # set when a crash was the engine running out of memory
         self._on_request = ex["trace_processor_on_rpc_request"]
 
         # Emscripten's runtime init: stack bounds, then C++ static constructors.
@@ -290,7 +295,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
             raise
         except Exception as e:  # a trap, or a host function that raised
             self._dead = self._crash_text(e)
-            raise TraceProcessorError(f"wasm trace_processor crashed: {self._dead}") from None
+            kind = EngineOutOfMemory if self.out_of_memory else TraceProcessorError
+            raise kind(f"wasm trace_processor crashed: {self._dead}") from None
         # De-frame the stream (repeated field 1, length-delimited).
         rx = self._rx
         for r in self._replies:
@@ -328,8 +334,10 @@ class WasmTraceProcessor(BaseTraceProcessor):
     def _crash_text(self, e: BaseException) -> str:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         tail = [ln.strip() for ln in self.stderr if ln.strip()][-5:]
+        self.out_of_memory = any("Out of memory" in t for t in [msg] + tail)
         try:
             if self._mem.data_len(self._store) > self._heap_max() - (256 << 20):
+                self.out_of_memory = True
                 tail.append(f"(the wasm engine was near its {self._heap_max() >> 30} GiB memory limit; "
                             "try engine='native')")
         except Exception:
@@ -340,6 +348,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
         P = protos()
         try:
             replies = self._rpc(request=P.TraceProcessorRpc.TPM_APPEND_TRACE_DATA, append_trace_data=chunk)
+        except EngineOutOfMemory:
+            raise
         except TraceProcessorError as e:
             raise TraceLoadError(str(e)) from None
         for m in replies:
@@ -351,6 +361,8 @@ class WasmTraceProcessor(BaseTraceProcessor):
         P = protos()
         try:
             self._rpc(request=P.TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA)
+        except EngineOutOfMemory:
+            raise
         except TraceProcessorError as e:
             raise TraceLoadError(str(e)) from None
 
@@ -371,7 +383,7 @@ class WasmTraceProcessor(BaseTraceProcessor):
 
     def _heap_max(self) -> int:
         # Same limits the Emscripten JS glue reports: 4 GiB - 64 KiB / 16 GiB.
-        return (16 << 30) if self._mem64 else 0xFFFF0000
+        return (16 << 30) if self._mem64 else wasm32_heap_max()
 
     def _heap_max_signed(self) -> int:
         # The import returns i32 for wasm32; wasmtime wants it in signed range.
@@ -379,16 +391,50 @@ class WasmTraceProcessor(BaseTraceProcessor):
         return v - (1 << 32) if not self._mem64 and v >= 1 << 31 else v
 
 
+def wasm32_heap_max() -> int:
+    """The wasm32 engine's memory cap: 4 GiB - 64 KiB, or less where a test says so."""
+    try:
+        return max(16 << 20, min(WASM32_HEAP_MAX, int(os.environ.get(WASM32_HEAP_ENV) or WASM32_HEAP_MAX)))
+    except ValueError:
+        return WASM32_HEAP_MAX
+
+
+def say(line: str) -> None:
+    """One line on stderr for the user (the engine switch is news, not an error)."""
+    sys.stderr.write(f"timeline: {line}\n")
+    sys.stderr.flush()
+
+
 def open_wasm(path, memory64: Optional[bool] = None, fd: Optional[int] = None) -> WasmTraceProcessor:
     """Loads `path` (or the descriptor `fd` on it) into a fresh wasm trace_processor.
 
-    memory64=None picks the memory64 build only for traces >= 1 GiB: wasm32
-    caps the whole engine (trace + tables) at 4 GiB, memory64 does not but is
-    slower to compile.
+    memory64=None picks the build by need: memory64 when the trace is
+    estimated not to fit wasm32's 4 GiB (trace_processor.sizing), else wasm32,
+    which is faster; and when wasm32 runs out of memory anyway, loads it once
+    more into memory64, saying so on stderr.
     """
-    if memory64 is None:
+    if memory64 is not None:
+        return WasmTraceProcessor(memory64=memory64).loaded(path, fd)
+    if fd is None:  # opened once, as load() would (as the invoking user, no links)
+        from .. import safe_input
+        from ..identity import invoking_user
+
         try:
-            memory64 = (os.fstat(fd) if fd is not None else os.stat(path)).st_size >= MEMORY64_MIN_TRACE
-        except OSError:
-            memory64 = False  # load() reports the missing file
-    return WasmTraceProcessor(memory64=memory64).loaded(path, fd)
+            own = safe_input.open_input(os.fspath(path), invoking_user())
+        except OSError as e:
+            raise TraceLoadError(f"cannot open trace {os.fspath(path)!r}: {e.strerror or e}") from None
+        try:
+            return open_wasm(path, None, own)
+        finally:
+            os.close(own)
+    from .sizing import needs_memory64
+
+    # (against the real cap: the test knob must leave wasm32 chosen, to run out)
+    if needs_memory64(fd, WASM32_HEAP_MAX):
+        return WasmTraceProcessor(memory64=True).loaded(path, fd)
+    try:
+        return WasmTraceProcessor(memory64=False).loaded(path, fd)
+    except EngineOutOfMemory:
+        say(f"{os.path.basename(os.fspath(path))}: the wasm32 engine ran out of memory; loading it again "
+            "into the memory64 engine (slower; the native engine, --engine native, is faster)")
+        return WasmTraceProcessor(memory64=True).loaded(path, fd)

@@ -1,9 +1,17 @@
 -- Non-zero return codes, one finding per (API, code) listing the functions
 -- that returned it. "Not ready" (600) from the query calls is how polling
 -- works, not an error.
+--
+-- Map-reduce form (checks/mapreduce.py): everything above the @reduce line
+-- runs on each chunk of a trace set and leaves _tl_ce_part, a few rows that
+-- add up across chunks; what follows runs on the chunks' rows (in SQLite), or
+-- here on this trace's own. A call cut at a chunk boundary (debug.timeline_cut
+-- 'start' or 'both': it began in an earlier chunk) is counted where it began.
 create or replace perfetto table _tl_ce as
 select fn, category, utid, ts, dur,
-  coalesce(extract_arg(arg_set_id, 'debug.ret'), extract_arg(arg_set_id, 'args.ret')) as ret
+  coalesce(extract_arg(arg_set_id, 'debug.ret'), extract_arg(arg_set_id, 'args.ret')) as ret,
+  coalesce(extract_arg(arg_set_id, 'debug.timeline_cut'), extract_arg(arg_set_id, 'args.timeline_cut'), '')
+    not in ('start', 'both') as began
 from _tl_cuda where arg_set_id is not null;
 
 create or replace perfetto table _tl_ce_err as
@@ -11,15 +19,26 @@ select * from _tl_ce
 where ret is not null and ret != 0
   and not (ret = 600 and fn in ('cudaStreamQuery', 'cudaEventQuery', 'cuStreamQuery', 'cuEventQuery'));
 
+create or replace perfetto table _tl_ce_part as
+select 'err' as kind, category, ret, fn, t.tid, t.name as thread, sum(began) as calls,
+  min(iif(began, ts, null)) as first_ts, max(ts + dur) as last_end, null as with_ret, null as not_ready
+from _tl_ce_err e join thread t using (utid) group by category, ret, fn, utid
+union all
+select 'all', null, null, null, null, null, null, null, null, sum(ret is not null and began),
+  sum(ret != 0 and began)
+from _tl_ce;
+
+-- @reduce _tl_ce_part
 create or replace perfetto table _tl_ce_code as
-select category, ret, count(*) as calls, count(distinct fn) as functions, count(distinct utid) as threads,
-  min(ts) as first_ts, max(ts + dur) as last_end,
+select category, ret, sum(calls) as calls, count(distinct fn) as functions, count(distinct tid) as threads,
+  min(first_ts) as first_ts, max(last_end) as last_end,
   (select group_concat(printf('%s %,d', fn, n), ', ') from (
-     select fn, count(*) as n from _tl_ce_err x where x.category = e.category and x.ret = e.ret
-     group by fn order by n desc, fn)) as by_fn,
-  (select printf('%s (tid %d)', coalesce(t.name, '?'), t.tid) from _tl_ce_err x join thread t using (utid)
-   where x.category = e.category and x.ret = e.ret order by x.ts limit 1) as first_thread
-from _tl_ce_err e group by category, ret;
+     select fn, sum(calls) as n from _tl_ce_part x where x.kind = 'err' and x.category = e.category
+       and x.ret = e.ret group by fn order by n desc, fn)) as by_fn,
+  (select printf('%s (tid %d)', coalesce(x.thread, '?'), x.tid) from _tl_ce_part x
+   where x.kind = 'err' and x.category = e.category and x.ret = e.ret and x.first_ts is not null
+   order by x.first_ts, x.tid limit 1) as first_thread
+from _tl_ce_part e where kind = 'err' group by category, ret;
 
 select 'error' as severity,
   printf('%s code %d (%s): %,d failed call%s to %d function%s (%s); first on %s%s',
@@ -64,9 +83,9 @@ select 'error' as severity,
   ret as code, calls, functions
 from _tl_ce_code
 union all
-select 'ok', printf('no CUDA call failed (%,d return codes recorded%s)', count(ret),
-                    iif(sum(ret != 0) > 0, printf('; %,d "not ready" from query calls: polling, not errors',
-                                                  sum(ret != 0)), '')),
+select 'ok', printf('no CUDA call failed (%,d return codes recorded%s)', coalesce(sum(with_ret), 0),
+                    iif(sum(not_ready) > 0, printf('; %,d "not ready" from query calls: polling, not errors',
+                                                   sum(not_ready)), '')),
   null, null, null, null, null, null
-from _tl_ce
-having not exists(select 1 from _tl_ce_err);
+from _tl_ce_part where kind = 'all'
+having not exists(select 1 from _tl_ce_code);

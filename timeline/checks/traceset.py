@@ -1,0 +1,242 @@
+"""Checks over a trace set (a recording split in time: a directory with
+index.json and one complete trace per chunk), map-reduce style.
+
+Each chunk is checked in a worker of fleet.py's pool, with its own engine
+(memory bounded by the chunk, and by an address-space limit per worker). A
+check whose SQL has a `-- @reduce TABLE` line is mergeable: above the line
+runs on each chunk and leaves TABLE, rows that add up across chunks (counts,
+sums, min/max, per-key lists); below it runs once, in SQLite, on all chunks'
+rows, and gives the findings a whole-trace run gives (there the same SQL runs
+in one piece). Any other check runs whole on every chunk and its findings are
+listed per chunk, each saying which chunk, with a note that the check is not
+merged yet.
+
+index.json: {"format": "timeline-trace-set", "version": 1, "chunks": [{"file",
+"start_ns", "end_ns", "bytes", "events", "families", "machine", "rank"}, ...]}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from typing import Optional
+
+from ..errors import UserError
+from ..terminal import printable
+
+INDEX = "index.json"
+FORMAT, VERSION = "timeline-trace-set", 1
+MAX_INDEX_BYTES = 16 << 20
+REDUCE_RE = re.compile(r"^--\s*@reduce\s+([A-Za-z_][A-Za-z0-9_]*)\s*$", re.M)
+_PERFETTO_TABLE = re.compile(r"create\s+or\s+replace\s+perfetto\s+table\s+", re.I)
+
+
+def is_trace_set(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INDEX))
+
+
+def read_index(path: str, user=None) -> list[dict]:
+    """The chunks of the set at `path`, in time order, each with "path" added;
+    a UserError (one line) when the index is not one."""
+    where = printable(os.path.join(path, INDEX))
+    try:
+        if user is None:
+            from ..identity import invoking_user
+
+            user = invoking_user()
+        raw = user.read_file(os.path.join(path, INDEX), limit=MAX_INDEX_BYTES)
+        doc = json.loads(raw)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the trace set index {where}: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise UserError(f"{where} is not a {FORMAT} version {VERSION} index")
+    chunks = doc.get("chunks")
+    if not isinstance(chunks, list) or not chunks:
+        raise UserError(f"{where} lists no chunks")
+    out = []
+    for i, c in enumerate(chunks):
+        name = c.get("file") if isinstance(c, dict) else None
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            raise UserError(f"{where}: chunk {i + 1} has no plain file name")
+        if not all(isinstance(c.get(k), int) for k in ("start_ns", "end_ns")):
+            raise UserError(f"{where}: chunk {i + 1} lacks start_ns / end_ns")
+        out.append({**c, "path": os.path.join(path, name)})
+    return sorted(out, key=lambda c: c["start_ns"])
+
+
+# -- the SQL, split -------------------------------------------------------------
+
+def split_sql(sql: str) -> Optional[tuple[str, str, str]]:
+    """(map SQL, partial table, reduce SQL) of a check in map-reduce form, else None."""
+    m = REDUCE_RE.search(sql)
+    if not m:
+        return None
+    return sql[:m.start()], m.group(1), sql[m.end():]
+
+
+def _statements(sql: str) -> list[str]:
+    """The SQL's statements (split where SQLite says one is complete: a ';'
+    inside a string or a comment does not end one)."""
+    out, buf = [], ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip() and not all(ln.lstrip().startswith("--") or not ln.strip() for ln in buf.splitlines()):
+        out.append(buf.strip())
+    return [s.rstrip(";") for s in out]
+
+
+def reduce_rows(reduce_sql: str, table: str, columns: list[str], rows: list[tuple]) -> list[dict]:
+    """The reduce SQL run in SQLite on `rows` (every chunk's partial table)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        cols = ", ".join(f'"{c}"' for c in columns)
+        db.execute(f"create table {table} ({cols})")
+        db.executemany(f"insert into {table} values ({', '.join('?' * len(columns))})", rows)
+        stmts = [_PERFETTO_TABLE.sub("create table ", s) for s in _statements(reduce_sql)]
+        for s in stmts[:-1]:
+            db.execute(s)
+        cur = db.execute(stmts[-1])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+    finally:
+        db.close()
+
+
+# -- one chunk (in a worker) -------------------------------------------------------
+
+def check_chunk(job) -> dict:
+    """Worker: a chunk's families, bounds, mergeable checks' partial rows and
+    the other checks' JSON results (or {"error"})."""
+    chunk, index, tp_config, ids, params = job
+    from ..trace_processor import TraceProcessorError
+    from .report import to_json
+    from .runner import Report, detect_families, prelude_sql, render_sql, run_check, select_checks
+
+    _limit_memory()
+    try:
+        tp = tp_config.load(chunk["path"])
+    except Exception as e:  # noqa: BLE001 - reported in the chunk's row
+        return {"chunk": index, "error": f"cannot load: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
+    try:
+        families = detect_families(tp)
+        tp.query(prelude_sql())
+        start, end = (tp.query("select start_ts, end_ts from trace_bounds").rows or [(None, None)])[0]
+        partials, whole = {}, []
+        for check in select_checks(ids):
+            p = {**check.defaults(), **(params or {}).get(check.id, {})}
+            parts = split_sql(render_sql(check, p))
+            if parts is None or not any(families.get(f) for f in check.families):
+                whole.append(run_check(tp, check, families, p))
+                continue
+            map_sql, table, _ = parts
+            try:
+                tp.query(map_sql)
+                res = tp.query(f"select * from {table}")
+                partials[check.id] = {"columns": res.columns, "rows": [list(r) for r in res.rows]}
+            except TraceProcessorError as e:
+                partials[check.id] = {"error": str(e).splitlines()[0]}
+        rep = to_json(Report(chunk["path"], tp.engine_name, start, end, families, whole))
+        return {"chunk": index, "families": families, "start": start, "end": end, "engine": tp.engine_name,
+                "partials": partials, "checks": rep["checks"]}
+    except TraceProcessorError as e:
+        return {"chunk": index, "error": f"checks failed: {str(e).splitlines()[0]}"}
+    finally:
+        tp.close()
+
+
+def _limit_memory() -> None:
+    """Bounds a worker's memory. The wasm engine bounds itself (wasm32: 4 GiB
+    at most; chunks are sized to fit it) and reserves guard space far past
+    what it uses, so an address-space limit cannot apply to it; the native
+    engine is a child process, which inherits the limit set here from
+    TIMELINE_WORKER_MEMORY (bytes)."""
+    cap = os.environ.get("TIMELINE_WORKER_MEMORY")
+    if not cap:
+        return
+    import resource
+
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (int(cap), int(cap)))
+    except (ValueError, OSError):
+        pass
+
+
+# -- merging ----------------------------------------------------------------------
+
+NOT_MERGED = "not merged across chunks yet: its findings are per chunk"
+
+
+def check_set(path: str, tp_config, user, ids=None, params=None, workers: Optional[int] = None):
+    """The checks on every chunk of the set at `path`, merged into one runner.Report."""
+    from .fleet import run_pool
+
+    chunks = read_index(path, user)
+    jobs = [(c, i, tp_config, ids, params) for i, c in enumerate(chunks)]
+    return merge(path, chunks, run_pool(check_chunk, jobs, workers), ids, params)
+
+
+def _span(chunk: dict, t0: int) -> str:
+    return f"{(chunk['start_ns'] - t0) / 1e9:+.1f}..{(chunk['end_ns'] - t0) / 1e9:+.1f} s"
+
+
+def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None):
+    from .runner import STATUS_ORDER, CheckResult, Finding, Report, _status, _to_finding, select_checks
+
+    good = [o for o in outs if "error" not in o]
+    bad = [o for o in outs if "error" in o]
+    families: dict[str, bool] = {}
+    for o in good:
+        for k, v in o["families"].items():
+            families[k] = families.get(k, False) or v
+    starts = [o["start"] for o in good if o["start"] is not None]
+    ends = [o["end"] for o in good if o["end"] is not None]
+    t0 = chunks[0]["start_ns"] if chunks else 0  # offsets from the set's start
+    results = []
+    for check in select_checks(ids):
+        p = {**check.defaults(), **(params or {}).get(check.id, {})}
+        parts = [o["partials"][check.id] for o in good if check.id in o.get("partials", {})]
+        if parts:
+            failed = next((x["error"] for x in parts if "error" in x), None)
+            if failed:
+                results.append(CheckResult(check, "failed", [], p, error=failed))
+                continue
+            from .runner import render_sql
+
+            _, table, reduce_sql = split_sql(render_sql(check, p))
+            rows = [tuple(r) for x in parts for r in x["rows"]]
+            try:
+                found = [_to_finding(r) for r in reduce_rows(reduce_sql, table, parts[0]["columns"], rows)]
+            except sqlite3.Error as e:
+                results.append(CheckResult(check, "failed", [], p, error=f"merging the chunks: {e}"))
+                continue
+            found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+            results.append(CheckResult(check, _status(found), found, p))
+            continue
+        per = [(o, next(c for c in o["checks"] if c["id"] == check.id)) for o in good]
+        recorded = [(o, c) for o, c in per if c["status"] != "not recorded"]
+        if not recorded:
+            note = per[0][1]["note"] if per else "no chunk could be checked"
+            results.append(CheckResult(check, "not recorded", [], p, note=note))
+            continue
+        found, errors = [], []
+        for o, c in recorded:
+            where = f"chunk {o['chunk'] + 1}/{len(chunks)} ({_span(chunks[o['chunk']], t0)})"
+            if c["status"] == "failed":
+                errors.append(f"{where}: {c['error']}")
+            for f in c["findings"]:
+                found.append(Finding(f["severity"], f"{where}: {f['finding']}", f["ts"], f["dur"], f["hint"],
+                                     f["evidence"]))
+        found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+        status = "failed" if errors and not found else _status(found)
+        results.append(CheckResult(check, status, found, p, error="; ".join(errors) or None, note=NOT_MERGED))
+    incomplete = None
+    if bad:
+        incomplete = "; ".join(f"chunk {o['chunk'] + 1} ({printable(chunks[o['chunk']]['file'])}): {o['error']}"
+                               for o in bad)
+    engine = good[0]["engine"] if good else "?"
+    return Report(path, engine, min(starts) if starts else None, max(ends) if ends else None, families,
+                  results, incomplete)
