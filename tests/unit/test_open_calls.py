@@ -62,6 +62,17 @@ ALLOWED = {
     ("timeline/ranks.py", "read_ranks", "os.open"): "/proc/PID/environ (O_NOFOLLOW)",
     ("timeline/cuda/plugin.py", "_vmlib", "os.open"): "/proc/PID/status",
     ("timeline/cuda/discovery.py", "_read_proc", "os.open"): "/proc/PID/maps and environ (read bounded)",
+    ("timeline/memory/cgroups.py", "_read_proc_cgroup", "os.open"): "/proc/PID/cgroup (read bounded)",
+    # cgroup control files: the path comes from /proc/PID/cgroup (a name the target may choose), so
+    # it is opened step by step beneath a held descriptor of the cgroup mount, O_NOFOLLOW, each step
+    # checked to be on that mount (st_dev), "." and ".." refused, files regular, reads bounded
+    ("timeline/memory/cgroups.py", "_read_mountinfo", "open"): "/proc/self/mountinfo, our own mount table",
+    ("timeline/memory/cgroups.py", "_open_mount", "os.open"):
+        "a cgroup mount point from our own mount table, checked to be that mount (st_dev)",
+    ("timeline/memory/cgroups.py", "_open_beneath", "os.open"):
+        "a cgroup directory beneath a held cgroupfs descriptor: O_NOFOLLOW per component, same st_dev",
+    ("timeline/memory/cgroups.py", "_open_file", "os.open"):
+        "a control file of a cgroup directory held open: O_NOFOLLOW|O_NONBLOCK, regular, same st_dev",
     ("timeline/ring_reader.py", "RingReader.__init__", "mmap.mmap"): "a BPF ring buffer map's descriptor, not a file",
     # raw logs by name: every command hands the reader a descriptor it holds or one
     # safe_input opened as the user (/proc/self/fd/N); the path form is for the

@@ -186,6 +186,14 @@ def cuda_trace(d, bad: bool) -> str:
         at += dur + 2000
     # a slow ioctl on a terminal is not a GPU-driver ioctl: never reported
     ev.slice(loader, us(at), 90_000_000, "ioctl(TCGETS)", "ioctl", fd=1, path="/dev/pts/0", request="0x5401", ret=0)
+    # mem / cgroup families: bad, the loader reclaims 150 ms under a cgroup throttled in 60% of its periods
+    ev.slice(loader, us(600_000), (150 if bad else 1) * 1_000_000, "memcg reclaim", "memory", order=0,
+             pages_reclaimed=32, major_faults=7)
+    periods = ev.track("cgroup cpu:/job cpu.nr_periods", counter=True)
+    throttled = ev.track("cgroup cpu:/job cpu.nr_throttled", counter=True)
+    for k in range(11):
+        ev.counter(periods, us(k * 90_000.0), k)
+        ev.counter(throttled, us(k * 90_000.0), (k * 6) // 10 if bad else 0)
     out = d / "trace.pftrace"
     out.write_bytes(base + ev.data())
     return str(out)
@@ -295,13 +303,19 @@ def test_cuda_checks_fire_on_synthetic_problems(synthetic, engine):
     io = main_finding(result(path, engine, "slow_ioctls"))
     assert st["slow_ioctls"] == "warning" and io.evidence["max_ms"] == 80 and "/dev/nvidiactl" in io.message
 
+    mp = main_finding(result(path, engine, "memory_pressure"))
+    assert st["memory_pressure"] == "warning" and mp.evidence["stall_ms"] == 150 and "loader (tid 1010" in mp.message
+    cl = main_finding(result(path, engine, "cgroup_limits"))
+    assert st["cgroup_limits"] == "error" and cl.evidence["throttled_pct"] == 60 and "cpu:/job" in cl.message
+
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_cuda_checks_quiet_on_synthetic_healthy(synthetic, engine):
     rep = report(synthetic["cuda_ok"], engine)
     st = {r.check.id: r.status for r in rep.results}
-    assert {cid: st[cid] for cid in CUDA_CHECKS + ["block_io", "slow_ioctls", "cpu_contention", "dropped_events"]} \
-        == dict.fromkeys(CUDA_CHECKS + ["block_io", "slow_ioctls", "cpu_contention", "dropped_events"], "ok")
+    quiet = CUDA_CHECKS + ["block_io", "slow_ioctls", "cpu_contention", "dropped_events", "cgroup_limits"]
+    assert {cid: st[cid] for cid in quiet} == dict.fromkeys(quiet, "ok")
+    assert st["memory_pressure"] == "info"  # a 1 ms stall: said, not flagged
     assert main_finding(result(synthetic["cuda_ok"], engine, "cuda_graphs")).evidence["launches"] > 100
 
 

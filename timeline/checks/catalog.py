@@ -182,6 +182,22 @@ CATALOG: tuple[Check, ...] = (
         params=(P("p99_warn_ms", 50, "per-device p99 request latency for a warning"),
                 P("p99_error_ms", 500, "... for an error"))),
     Check(
+        "memory_pressure", "Memory-pressure stalls and OOM kills", ("memory",),
+        why="A thread that must reclaim or compact memory before its allocation succeeds stalls in the kernel "
+            "(a late step, a slow DataLoader batch); an OOM kill ends a process, often a DataLoader worker, "
+            "that otherwise just vanishes.",
+        fix="Give the job more memory headroom (or a higher cgroup limit), or use less: fewer DataLoader workers, "
+            "a smaller prefetch_factor, pinned memory only where needed, no page-cache-heavy reads.",
+        params=(P("warn_ms", 100, "stall time on one thread (per kind) for a warning"),
+                P("error_ms", 1000, "... for an error"))),
+    Check(
+        "cgroup_limits", "Container limits (cgroup throttling, memory limits)", ("cgroup",),
+        why="A container's CPU quota stops all its threads once used up in a period (every rank's step waits), "
+            "and going over memory.high or the memory limit makes its tasks reclaim and stall, or be killed.",
+        fix="Match the job to its container: threads to the CPU quota, memory to the limit; or raise the limits.",
+        params=(P("warn_pct", 10, "share of CFS periods throttled for a warning (%)", hi=100),
+                P("error_pct", 50, "... for an error (%)", hi=100))),
+    Check(
         "slow_ioctls", "Slow GPU-driver ioctls", ("ioctl",),
         why="The GPU driver does memory mapping, context and channel work in ioctls; slow ones block "
             "the calling thread (often the dispatcher) in the kernel.",
