@@ -16,6 +16,7 @@ from .events import MAX_RINGS
 from .family import CAPTURE_RANGE_FIELD, CaptureRange, Family, Ring, load_spec, option_fields
 from .gpu.family import GPU
 from .kctx.family import BLOCK, COUNTERS, IOCTL
+from .net.family import NET
 from .pystack.family import PYSTACK
 
 EXTRA_FAMILIES_VAR = "TIMELINE_EXTRA_FAMILIES"
@@ -33,7 +34,7 @@ def _extra_families() -> tuple[Family, ...]:
 
 
 # Order: how `-e`'s default and help list them.
-FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU, PYSTACK, *_extra_families())
+FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU, PYSTACK, NET, *_extra_families())
 
 FAMILIES: dict[str, Family] = {f.name: f for f in FAMILY_LIST}
 # Families on unless `-e` says otherwise: default_on, and the kernel can run them.
