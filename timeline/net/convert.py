@@ -11,8 +11,9 @@ sent_bytes_per_s' / 'received_bytes_per_s'.  Per CPU (system-wide):
 spent in those softirqs.
 
 Instants (category 'net') on the thread that last used the socket:
-'tcp retransmit' (args conn, local, peer, rto, srtt_ms, snd_cwnd,
-total_retrans) and 'tcp <OLD> -> <NEW>' state changes.
+'tcp retransmit' (args conn, local, peer, ca_state, lost (a loss recovery:
+fast retransmit or timeout, not a tail loss probe), rto (after a timeout),
+srtt_ms, snd_cwnd, total_retrans, state) and 'tcp <OLD> -> <NEW>' state changes.
 """
 from __future__ import annotations
 
@@ -72,7 +73,9 @@ class NetConverter(FamilyConverter):
             args = {"conn": f"{local} ↔ {peer}", "local": local, "peer": peer}
             if r["kind"] == records.NET_RETRANSMIT:
                 name = "tcp retransmit"
-                args.update(rto=bool(r["oldstate"] == records.NET_CA_LOSS), srtt_ms=int(r["srtt_us"]) / 1000,
+                ca = int(r["oldstate"])
+                args.update(ca_state=records.CA_STATES.get(ca, str(ca)), rto=ca == records.NET_CA_LOSS,
+                            lost=ca >= 3, srtt_ms=int(r["srtt_us"]) / 1000,
                             snd_cwnd=int(r["snd_cwnd"]), total_retrans=int(r["total_retrans"]),
                             state=records.TCP_STATES.get(int(r["newstate"]), str(int(r["newstate"]))))
             else:

@@ -32,6 +32,10 @@ NET_EVENT = np.dtype([
 TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
               7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN", 11: "CLOSING", 12: "NEW_SYN_RECV"}
 
+# icsk_ca_state at a retransmit: Open/Disorder/CWR: a probe (tail loss probe) or
+# reordering; Recovery: fast retransmit after duplicate ACKs; Loss: after a timeout (RTO).
+CA_STATES = {0: "open", 1: "disorder", 2: "cwr", 3: "recovery", 4: "loss"}
+
 
 class NetKind(enum.IntEnum):
     """The `kind` field's values, named as the recorder's summary names them."""
