@@ -160,3 +160,36 @@ def test_chrome_json_has_the_same_connection(lossy, tmp_path):
     events = json.load(open(out))["traceEvents"]
     assert any(e.get("name") == "tcp retransmit" and ADDR1 in e["args"]["peer"] + e["args"]["local"] for e in events)
     assert any(e.get("ph") == "C" and e["name"].startswith(f"net {ADDR0}:") for e in events)
+
+
+def test_connection_tracks_in_the_ui(lossy, tmp_path):
+    """The bundled Perfetto UI (headless Chromium) draws rank 0's connection
+    counters under its process; screenshot to $TIMELINE_SCREENSHOT_DIR (docs/img/)."""
+    import tempfile
+    import time
+
+    from test_view import Browser, Viewer
+
+    (pid,) = _query(lossy, f"""select distinct p.pid from process_counter_track t join process p using (upid)
+                               where t.name like '{RANK_CONN} srtt_ms'""")[0]
+    v = Viewer(lossy)
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+        browser.call("Page.navigate", url=v.url)
+        browser.wait_for_text([f" {pid}"], 90)
+        # expand the rank's process group: its connection tracks are inside
+        browser.call("Runtime.evaluate", expression=f"""
+            for (const e of document.querySelectorAll('.pf-track__title'))
+                if (e.innerText.trim().endsWith(' {pid}')) {{ e.click(); break; }}""")
+        want = f"net {ADDR0}:"
+        txt = browser.wait_for_text([want, "srtt_ms", "sent_bytes_per_s"], 60)
+        time.sleep(1.5)
+        shot = str(tmp_path / "net-connection-tracks.png")
+        browser.screenshot(shot)
+        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+        assert want in txt and "srtt_ms" in txt and "sent_bytes_per_s" in txt, txt[-3000:]
+    finally:
+        browser.close()
+        v.stop()
