@@ -123,8 +123,8 @@ def main() -> None:
                     if events.endswith("net"):
                         rates.append(rate)
                         bpf.append(t.ns / (args.steps + 1))  # + the warm-up all-reduce (and the setup)
-                        for name, ns in t.by_name().items():
-                            progs.setdefault(name, []).append(ns / (args.steps + 1))
+                        for name, prog_ns in t.by_name().items():
+                            progs.setdefault(name, []).append(prog_ns / (args.steps + 1))
                     print(f"rep {rep} {events:10s} step {step * 1e3:8.3f} ms"
                           + (f"  net records/s {rate:,.0f}  BPF {bpf[-1] / 1e3:.1f} us/step"
                              if events.endswith("net") else ""), flush=True)
