@@ -27,7 +27,8 @@ have() { dpkg -s "$1" >/dev/null 2>&1; }
 # make apt-cache die of SIGPIPE and the package look unavailable.
 candidate() { apt-cache policy "$1" 2>/dev/null | grep 'Candidate: [^(]' >/dev/null; }
 need=()
-for pkg in clang llvm libbpf-dev libbpf1 util-linux; do
+# iproute2, nftables: the net family's tests (two network namespaces, packet loss)
+for pkg in clang llvm libbpf-dev libbpf1 util-linux iproute2 nftables; do
     have "$pkg" || need+=("$pkg")
 done
 # The command, not the package: Ubuntu before 25.04 has a bpftool wrapper in

@@ -17,6 +17,7 @@ from .family import CAPTURE_RANGE_FIELD, CaptureRange, Family, Ring, load_spec, 
 from .gpu.family import GPU
 from .kctx.family import BLOCK, COUNTERS, IOCTL
 from .memory.family import CGROUP, MEM
+from .net.family import NET
 from .pystack.family import PYSTACK
 
 EXTRA_FAMILIES_VAR = "TIMELINE_EXTRA_FAMILIES"
@@ -34,7 +35,7 @@ def _extra_families() -> tuple[Family, ...]:
 
 
 # Order: how `-e`'s default and help list them.
-FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU, PYSTACK,
+FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GPU, PYSTACK, NET,
                                    MEM, CGROUP,  # memory pressure, container limits
                                    *_extra_families())
 

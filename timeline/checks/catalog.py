@@ -259,6 +259,21 @@ CATALOG: tuple[Check, ...] = (
         params=(P("spread_warn", 0.2, "(most - least running time) / most, of the ranks' main threads: warning "
                                        "from here", hi=1),)),
     Check(
+        "net_retransmits", "TCP retransmits in waits", ("net",),
+        why="A lost segment stalls its TCP connection for a fast retransmit or, worse, a retransmission timeout "
+            "(200 ms and up); a collective or a DataLoader fetching over that connection waits just as long.",
+        fix="Look at the named connection's path: a congested or lossy link, a NIC dropping under load, a full "
+            "receive buffer on the peer; compare its srtt and retransmits with the other ranks' connections.",
+        params=(P("min_retransmits", 3, "retransmits after a loss inside waits before a warning", lo=1),)),
+    Check(
+        "net_throughput", "Slow connections", ("net",),
+        why="In a collective every rank waits for the slowest link; a connection moving data much slower than "
+            "the others of the job points at a slow path, not at the computation.",
+        fix="Check the slow connection's route and NIC (speed, errors, MTU), whether it shares a link with other "
+            "traffic, and its retransmits (net_retransmits) and windows (snd_wnd, rcv_wnd counters).",
+        params=(P("slow_fraction", 0.5, "a connection below this share of the best one's rate: warning", hi=1),
+                P("min_mib", 1.0, "connections that moved less (MiB) are left out"))),
+    Check(
         "hang", "Threads stuck at the end of the trace", ("cuda", "sched"),
         why="A job that hangs (a collective whose peer died, a deadlock, a stuck read) shows at the end of "
             "its trace as threads blocked in one call or one wait; a --hang-timeout dump ends right there.",

@@ -1,0 +1,28 @@
+"""Descriptor of the net family: socket traffic, TCP retransmits, state
+changes and RTT of the recorded threads' connections, NET softirq time per CPU.
+
+BPF program net.bpf.c and record layout records.h (mirrored by records.py)
+are beside it; docs/kernel-context.md says what the trace shows."""
+from __future__ import annotations
+
+from ..family import MIB, CheckData, Family, Ring
+from . import kernel_supported, records
+
+NET = Family(
+    name="net",
+    help="socket bytes/calls per thread and connection (10 ms buckets), TCP retransmits, state changes "
+         "and RTT of the recorded threads' connections, NET_RX/NET_TX softirq time per CPU (Linux >= 6.3)",
+    rings=(Ring(records.RING_NET, records.NET_EVENT, "tl_net_event", records.NetKind, "net_ring", MIB,
+                header="net/records.h"),),
+    bpf_object="net.bpf.o",
+    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_probe", "tl_net_state",
+              "tl_net_softirq_entry", "tl_net_softirq_exit"),
+    requires="Linux >= 6.3 (sock_send_length/sock_recv_length tracepoints, BTF tracepoints)",
+    supported=kernel_supported,
+    # opt-in (-e ...,net) until measured on more jobs than bench/net_cost.py's
+    default_on=False,
+    plugin="timeline.net.plugin:NetPlugin",
+    converters=("timeline.net.convert:NetConverter",),
+    check_data=(CheckData("net", "exists(select 1 from counter_track where name glob 'net *')",
+                          "network counters of the net family (net <connection> ...)"),),
+)

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Socket traffic of the tracked threads, their TCP connections' retransmits,
+ * state changes and RTT, and NET_RX/NET_TX softirq time per CPU.
+ *
+ * Sends and receives (sock_send_length / sock_recv_length, which fire once
+ * per call, after it) are summed in net_io per (thread, socket); a pair's
+ * counts go to the ring when its next call falls in a later
+ * TL_NET_BUCKET_NS bucket, and the plugin flushes what is left at the end.
+ * So a thread busy-looping non-blocking send()/recv() (NCCL's socket
+ * transport, Gloo's device threads) costs one map update per call and at
+ * most one record per bucket.
+ *
+ * Retransmits and tcp_probe run in softirq/timer context, where "current"
+ * is whoever was interrupted: they are attributed through net_sock, the
+ * connections the tracked threads used (socket -> last user).  Sockets no
+ * tracked thread touched are ignored after one hash lookup.
+ */
+#include "tracking.bpf.h"
+#include <bpf/bpf_endian.h>
+#include "net/records.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+const volatile struct tl_net_event tl_net_event_layout = {};
+
+#define AF_INET 2
+#define AF_INET6 10
+#define MSG_PEEK 2
+#define EAGAIN 11
+#define NET_TX_VEC 2
+#define NET_RX_VEC 3
+#define TCP_CLOSE_STATE 7
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} net_ring SEC(".maps");
+
+struct net_io_key {
+	__u64 sk;
+	__u32 tid;
+	__u32 pad;
+};
+
+/* (thread, socket) -> its counts in the current bucket, laid out as the
+ * record they become.  LRU: a thread that stops using a socket must not hold
+ * its slot forever (an evicted pair loses at most one bucket). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct net_io_key);
+	__type(value, struct tl_net_event);
+} net_io SEC(".maps");
+
+struct net_sock {
+	__u32 tid;         /* last recorded thread that used the socket */
+	__u32 tgid;
+	__u64 rtt_bucket;  /* bucket of the last RTT record: one per bucket */
+};
+
+/* Connections of tracked threads: socket -> last user. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct net_sock);
+} net_socks SEC(".maps");
+
+struct net_cpu {
+	__u64 start;       /* softirq entry (0: none open) */
+	__u32 vec;
+	__u32 pad;
+	struct tl_net_event acc;
+};
+
+/* Per CPU: the open NET softirq and the bucket's sums. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct net_cpu);
+} net_cpus SEC(".maps");
+
+static __always_inline void read_addrs(const struct sock *sk, struct tl_net_event *e)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	e->family = family;
+	e->protocol = BPF_CORE_READ(sk, sk_protocol);
+	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (family == AF_INET6) {
+		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	} else {
+		BPF_CORE_READ_INTO((__u32 *)e->saddr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO((__u32 *)e->daddr, sk, __sk_common.skc_daddr);
+	}
+}
+
+static __always_inline void read_tcp(const struct sock *sk, struct tl_net_event *e)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+
+	e->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;  /* kept <<3 by the kernel */
+	e->snd_cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	e->snd_wnd = BPF_CORE_READ(tp, snd_wnd);
+	e->rcv_wnd = BPF_CORE_READ(tp, rcv_wnd);
+	e->total_retrans = BPF_CORE_READ(tp, total_retrans);
+	e->retrans_out = BPF_CORE_READ(tp, retrans_out);
+}
+
+static __always_inline void note_sock(__u64 sk, __u32 tid, __u32 tgid)
+{
+	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &sk);
+
+	if (s) {
+		s->tid = tid;
+		s->tgid = tgid;
+		return;
+	}
+	struct net_sock v = { .tid = tid, .tgid = tgid };
+	bpf_map_update_elem(&net_socks, &sk, &v, BPF_ANY);
+}
+
+static __always_inline void flush(struct tl_net_event *v)
+{
+	struct tl_net_event *e = tl_reserve(&net_ring, TL_RING_NET, sizeof(*e));
+
+	if (!e)
+		return;
+	__builtin_memcpy(e, v, sizeof(*e));
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+
+	if (!sk || !tl_is_tracked(tid))
+		return 0;
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct net_io_key key = { .sk = (__u64)sk, .tid = tid };
+	struct tl_net_event *v = bpf_map_lookup_elem(&net_io, &key);
+
+	if (!v) {
+		struct tl_net_event z = {};
+
+		z.ts = now;
+		z.sk = (__u64)sk;
+		z.tid = tid;
+		z.tgid = id >> 32;
+		z.kind = TL_NET_IO;
+		read_addrs(sk, &z);
+		bpf_map_update_elem(&net_io, &key, &z, BPF_ANY);
+		v = bpf_map_lookup_elem(&net_io, &key);
+		if (!v)
+			return 0;
+		note_sock((__u64)sk, tid, id >> 32);
+	} else if (now / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
+		if (v->tx_calls || v->rx_calls)
+			flush(v);
+		v->tx_bytes = v->rx_bytes = 0;
+		v->tx_calls = v->rx_calls = v->errors = v->eagain = 0;
+		v->ts = now;
+		/* The socket may have been freed and reused for another
+		 * connection since this pair's last bucket. */
+		read_addrs(sk, v);
+		note_sock((__u64)sk, tid, id >> 32);
+	}
+	if (tx) {
+		v->tx_calls++;
+		if (ret > 0)
+			v->tx_bytes += ret;
+	} else {
+		v->rx_calls++;
+		if (ret > 0 && !(flags & MSG_PEEK))
+			v->rx_bytes += ret;
+	}
+	if (ret == -EAGAIN)
+		v->eagain++;
+	else if (ret < 0)
+		v->errors++;
+	v->end_ts = now;
+	v->cpu = bpf_get_smp_processor_id();
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tl_net_send, struct sock *sk, int ret, int flags)
+{
+	return on_io(sk, ret, flags, true);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(tl_net_recv, struct sock *sk, int ret, int flags)
+{
+	return on_io(sk, ret, flags, false);
+}
+
+/* One record about a known connection, from any context. */
+static __always_inline struct tl_net_event *conn_event(const struct sock *sk, struct net_sock *s, __u8 kind,
+							 __u64 now)
+{
+	struct tl_net_event *e = tl_reserve(&net_ring, TL_RING_NET, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = e->end_ts = now;
+	e->sk = (__u64)sk;
+	e->tid = s->tid;
+	e->tgid = s->tgid;
+	e->kind = kind;
+	e->cpu = bpf_get_smp_processor_id();
+	e->newstate = BPF_CORE_READ(sk, __sk_common.skc_state);
+	read_addrs(sk, e);
+	return e;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tl_net_retransmit, const struct sock *sk, const struct sk_buff *skb)
+{
+	__u64 key = (__u64)sk;
+	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &key);
+
+	if (!s)
+		return 0;
+	struct tl_net_event *e = conn_event(sk, s, TL_NET_RETRANSMIT, bpf_ktime_get_boot_ns());
+	if (!e)
+		return 0;
+	read_tcp(sk, e);
+	e->oldstate = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tl_net_probe, struct sock *sk, const struct sk_buff *skb)
+{
+	__u64 key = (__u64)sk, now = bpf_ktime_get_boot_ns();
+	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &key);
+
+	if (!s || s->rtt_bucket == now / TL_NET_BUCKET_NS)
+		return 0;
+	s->rtt_bucket = now / TL_NET_BUCKET_NS;  /* a race between CPUs costs one extra sample */
+	struct tl_net_event *e = conn_event(sk, s, TL_NET_RTT, now);
+	if (!e)
+		return 0;
+	read_tcp(sk, e);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(tl_net_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	__u64 key = (__u64)sk, id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &key);
+	struct net_sock mine = { .tid = tid, .tgid = id >> 32 };
+
+	if (!s) {
+		/* connect(), listen() or close() by a tracked thread: a new
+		 * connection to follow (accepted ones join at their first call). */
+		if (!tl_is_tracked(tid) || newstate == TCP_CLOSE_STATE)
+			return 0;
+		bpf_map_update_elem(&net_socks, &key, &mine, BPF_ANY);
+		s = &mine;
+	}
+	struct tl_net_event *e = conn_event(sk, s, TL_NET_STATE, bpf_ktime_get_boot_ns());
+	if (e) {
+		e->oldstate = oldstate;
+		e->newstate = newstate;
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	}
+	/* The socket's memory may next hold another connection. */
+	if (newstate == TCP_CLOSE_STATE)
+		bpf_map_delete_elem(&net_socks, &key);
+	return 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(tl_net_softirq_entry, unsigned int vec)
+{
+	__u32 zero = 0;
+	struct net_cpu *c;
+
+	if (vec != NET_TX_VEC && vec != NET_RX_VEC)
+		return 0;
+	c = bpf_map_lookup_elem(&net_cpus, &zero);
+	if (c) {
+		c->start = bpf_ktime_get_boot_ns();
+		c->vec = vec;
+	}
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(tl_net_softirq_exit, unsigned int vec)
+{
+	__u32 zero = 0;
+	struct net_cpu *c;
+
+	if (vec != NET_TX_VEC && vec != NET_RX_VEC)
+		return 0;
+	c = bpf_map_lookup_elem(&net_cpus, &zero);
+	if (!c || !c->start || c->vec != vec)
+		return 0;
+	__u64 now = bpf_ktime_get_boot_ns(), d = now - c->start;
+	struct tl_net_event *a = &c->acc;
+
+	c->start = 0;
+	if (a->ts && now / TL_NET_BUCKET_NS != a->ts / TL_NET_BUCKET_NS) {
+		flush(a);
+		a->tx_bytes = a->rx_bytes = 0;
+		a->tx_calls = a->rx_calls = 0;
+		a->ts = 0;
+	}
+	if (!a->ts) {
+		a->ts = now - d;
+		a->kind = TL_NET_SOFTIRQ;
+		a->cpu = bpf_get_smp_processor_id();
+	}
+	if (vec == NET_TX_VEC) {
+		a->tx_bytes += d;
+		a->tx_calls++;
+	} else {
+		a->rx_bytes += d;
+		a->rx_calls++;
+	}
+	a->end_ts = now;
+	return 0;
+}

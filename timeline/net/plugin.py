@@ -1,0 +1,45 @@
+"""Recorder plugin of the net family: the buckets still open at the end.
+
+net.bpf.c writes a (thread, socket) pair's counts, and a CPU's softirq sums,
+when the next activity falls in a later bucket; whatever was counted since a
+pair's last bucket is still in the maps when recording stops, so stop() reads
+them and writes them as records of the same ring."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import events, libbpf
+from ..recorder_plugins import RecorderPlugin
+from . import records
+
+
+def _open(rows: np.ndarray) -> np.ndarray:
+    """Rows that hold counts not yet written (calls or softirq runs)."""
+    return rows[(rows["tx_calls"] > 0) | (rows["rx_calls"] > 0)]
+
+
+class NetPlugin(RecorderPlugin):
+    family = "net"
+
+    def stop(self, ctx) -> None:
+        obj = ctx.session.objects.get("net")
+        if obj is None:
+            return
+        io = [v for _, v in obj.map("net_io").items()]
+        rows = [np.frombuffer(b"".join(io), records.NET_EVENT)] if io else []
+        rows.append(self._softirq_sums(obj.map("net_cpus")))
+        left = _open(np.concatenate(rows))
+        if left.size:
+            ctx.write_ring(records.RING_NET, events.encode_ring_bytes(left))
+
+    @staticmethod
+    def _softirq_sums(m) -> np.ndarray:
+        """struct net_cpu {u64 start; u32 vec, pad; struct tl_net_event acc} of every CPU
+        (a per-CPU value: each CPU's copy padded to 8 bytes)."""
+        ncpu = libbpf.num_possible_cpus()
+        stride = (m.value_size + 7) & ~7
+        raw = m.lookup(b"\0\0\0\0", stride * ncpu)
+        if raw is None:
+            return np.zeros(0, records.NET_EVENT)
+        per_cpu = np.frombuffer(raw, np.uint8).reshape(ncpu, stride)[:, 16:16 + records.NET_EVENT.itemsize]
+        return np.ascontiguousarray(per_cpu).view(records.NET_EVENT).ravel()
