@@ -182,10 +182,12 @@ def test_view_picks_the_chunk(tmp_path, painted, capsys):
     assert path == os.path.join(res.out_path, "chunk-0003.pftrace")
     err = capsys.readouterr().err
     assert "chunk 3 of 5" in err and "chunk-0002.pftrace" in err and "chunk-0004.pftrace" in err
-    idx["chunks"][3]["families"] = ["gpu", "sched"]
-    assert main_chunk(idx) == 3  # GPU work first appears there
-    idx["chunks"][3]["families"] = ["sched"]
-    assert main_chunk(idx) == 0  # else the first chunk with at least half the busiest one's events
+    for c, n in zip(idx["chunks"], (1, 0, 10, 30, 20)):  # a CUDA marker in the first, the work from the third
+        c["family_events"] = {"sched": 100, "cuda": n}
+    assert main_chunk(idx) == 3  # the first with at least half of the busiest chunk's CUDA calls
+    for c, n in zip(idx["chunks"], (3, 9, 10, 2, 1)):
+        c["family_events"], c["events"] = {"sched": n}, n
+    assert main_chunk(idx) == 1  # without GPU work: by all events
 
 
 def test_an_existing_set_is_replaced_other_directories_are_not(tmp_path):

@@ -94,7 +94,7 @@ def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False,
             # the converter insists on a path: the descriptor's own, which the kernel
             # resolves to the file we hold whatever has the name now
             res = convert(src if cut is None else fd_name(cut.fd), out, fmt=fmt, progress=progress, user=user,
-                          split=split_spec(split))
+                          split=split_spec(split), source=os.path.basename(raw))
         finally:
             if cut is not None:
                 cut.discard()

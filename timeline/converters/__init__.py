@@ -44,7 +44,7 @@ class ConvertResult:
 
 
 def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None,
-            split=None) -> ConvertResult:
+            split=None, source: str | None = None) -> ConvertResult:
     """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
     user: in sudo mode, the invoking user, who creates and owns the output
     and as whom the files the raw log names are read.
@@ -55,7 +55,8 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
     split: a trace_set.SplitSpec (perfetto only): write a trace set, the
     directory trace_set.set_path(out_path), split by time or events
     (trace_set.AUTO: only when the log holds more than AUTO_SPLIT_ABOVE
-    records); result.out_path names what was written.
+    records); result.out_path names what was written.  source: the raw
+    log's name for the set's index (default: raw_path's base name).
 
     Raises RawLogError when raw_path is not a raw log, ValueError for a bad
     fmt or when out_path is the raw log itself.  A damaged/truncated log is
@@ -86,7 +87,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
     if starts is not None:
         out_dir = trace_set.set_path(out_path)
         events, chunks, nbytes = trace_set.write(m, norm, out_dir, starts, progress, size, total, user,
-                                                 source=os.path.basename(raw_path))
+                                                 source=source or os.path.basename(raw_path))
         if progress:
             progress(total, total)
         return ConvertResult(events=events, damage=m.damage, finalized=m.finalized, out_bytes=nbytes,

@@ -168,7 +168,7 @@ class SplitSink(TrackSink):
         self.sinks = sinks
         self.n = len(sinks)
         self.events = np.zeros(self.n, np.int64)
-        self.families: list[set] = [set() for _ in range(self.n)]
+        self.family_events: list[dict] = [{} for _ in range(self.n)]  # per chunk: family -> events
         self.family: str | None = None  # who writes now (SplitWriter sets it)
         self._span_ids = itertools.count(1)
         self._last: dict[tuple, tuple] = {}  # counter -> (chunk, value, write(k, ts, values), pid)
@@ -178,16 +178,12 @@ class SplitSink(TrackSink):
     def chunk_of(self, ts) -> np.ndarray:
         return np.clip(np.searchsorted(self.starts, np.asarray(ts, np.int64), "right") - 1, 0, self.n - 1)
 
-    def _note(self, k: np.ndarray | int, count=1) -> None:
-        if isinstance(k, (int, np.integer)):
-            self.events[k] += count
-            if self.family:
-                self.families[k].add(self.family)
-            return
-        np.add.at(self.events, k, 1)
-        if self.family:
-            for j in np.unique(k).tolist():
-                self.families[j].add(self.family)
+    def _note(self, k: int, count: int = 1, family: str | None = None) -> None:
+        """count events written to chunk k, by `family` (default: the one writing now)."""
+        self.events[k] += count
+        fam = family or self.family
+        if fam:
+            self.family_events[k][fam] = self.family_events[k].get(fam, 0) + int(count)
 
     def _pieces(self, ts, dur):
         """Per chunk: (k, rows, piece ts, piece dur, extra arg Columns, first) for slices ts..ts+dur;
@@ -418,8 +414,7 @@ class SplitWriter:
                 part = CpuSched(c.cpu, *(a[sw] for a in (c.sw_ts, c.sw_prev, c.sw_next, c.sw_state, c.sw_prio)),
                                 *(a[wk] for a in (c.wk_ts, c.wk_waker, c.wk_woken, c.wk_cpu, c.wk_prio)))
                 self._carry_cpu(c.cpu, k)
-                self.sink._note(k, part.sw_ts.size + part.wk_ts.size)
-                self.sink.families[k].add("sched")
+                self.sink._note(k, part.sw_ts.size + part.wk_ts.size, "sched")
                 self.writers[k].sched([part])
                 if part.sw_next.size:
                     self._running[c.cpu] = int(part.sw_next[-1])
@@ -445,8 +440,7 @@ class SplitWriter:
         k = self.sink.chunk_of(recs["ts"])
         for c in np.unique(k).tolist():
             part = recs[k == c]
-            self.sink._note(c, part.size)
-            self.sink.families[c].add("proc")
+            self.sink._note(c, part.size, "proc")
             self.writers[c].proc(part)
 
     def snapshot(self, meta: dict) -> None:
@@ -521,8 +515,9 @@ def index_chunks(m: LogModel, w: SplitWriter, sizes: list[int]) -> list[dict]:
     for i, win in enumerate(w.windows):
         out.append({"file": CHUNK_NAME.format(i + 1), "start_ns": win.start, "end_ns": win.end,
                     "bytes": int(sizes[i]), "events": int(w.sink.events[i]),
-                    "families": sorted(w.sink.families[i]), "machine": str(host) if host else None,
-                    "rank": rank, "switches": w.writers[i].n_switch})
+                    "families": sorted(w.sink.family_events[i]), "machine": str(host) if host else None,
+                    "rank": rank, "switches": w.writers[i].n_switch,
+                    "family_events": dict(sorted(w.sink.family_events[i].items()))})
     return out
 
 
@@ -564,11 +559,15 @@ MAIN_FAMILIES = ("gpu", "cuda", "nccl", "nvtx")
 
 
 def main_chunk(idx: dict) -> int:
-    """The first chunk with the main activity: the first holding GPU/CUDA work if any chunk does, else
-    the first whose event count is at least half the busiest chunk's."""
+    """The first chunk with the main activity: the first with at least half the GPU/CUDA/NCCL/NVTX
+    events of the busiest chunk in those, or where no chunk has any, in all events."""
     chunks = idx["chunks"]
-    gpu = [i for i, c in enumerate(chunks) if set(c.get("families") or ()) & set(MAIN_FAMILIES)]
-    if gpu:
-        return gpu[0]
-    most = max(int(c.get("events") or 0) for c in chunks)
-    return next(i for i, c in enumerate(chunks) if int(c.get("events") or 0) * 2 >= most)
+
+    def main(c) -> int:
+        fe = c.get("family_events") if isinstance(c.get("family_events"), dict) else {}
+        return sum(int(v) for k, v in fe.items() if k in MAIN_FAMILIES and isinstance(v, int))
+    score = [main(c) for c in chunks]
+    if not any(score):
+        score = [int(c.get("events") or 0) if isinstance(c.get("events"), int) else 0 for c in chunks]
+    most = max(score)
+    return next(i for i, v in enumerate(score) if v * 2 >= most)
