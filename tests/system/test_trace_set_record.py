@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from helpers import require_root, timeline_cmd
+from trace_set_paint import STEP, painted  # noqa: F401 (a fixture)
 from timeline.trace_processor import open_trace
 
 pytestmark = pytest.mark.usefixtures("root")
@@ -77,3 +78,34 @@ def test_a_chunk_passes_check_and_query_points_to_one(recorded):
     assert json.loads(cp.stdout)["complete"] is True
     cp = timeline_cmd("query", str(recorded / "run.tlset"), "select 1")
     assert cp.returncode != 0 and "chunk-0001.pftrace" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_a_chunk_with_cut_slices_in_the_ui(tmp_path, painted):  # noqa: F811 (a fixture)
+    """The bundled Perfetto UI, offline in headless Chromium (as tests/system/test_view.py does),
+    on the chunk `view SET --at` picks: the processes are named, the cut slices drawn
+    (the screenshot, docs/img/trace-set-chunk.png, shows them ending at the chunk's edges)."""
+    import shutil
+    import tempfile
+    import time
+
+    from rawlog_factory import scenario
+    from test_view import Browser, Viewer
+    from timeline.converters import convert
+    from timeline.converters.trace_set import SplitSpec
+
+    res = convert(scenario(tmp_path / "s.tlraw"), str(tmp_path / "s.pftrace"), split=SplitSpec(duration_ns=STEP))
+    viewer = Viewer(res.out_path, "--at", "0.0003")  # the second chunk
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Page.navigate", url=viewer.url)
+        txt = browser.wait_for_text(["python3 1000", "GPU 0"])
+        time.sleep(1)
+        shot = str(tmp_path / "trace-set-chunk.png")
+        browser.screenshot(shot)
+        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+        assert "python3 1000" in txt and "chunk-0002.pftrace" in txt, txt[-2000:]
+    finally:
+        browser.close()
+        _, err = viewer.stop()
+    assert "chunk 2 of 5" in err and "chunk-0001.pftrace" in err and "chunk-0003.pftrace" in err

@@ -11,7 +11,6 @@ import sys
 import click
 
 from ..errors import UserError
-from ..terminal import printable
 from ..identity import InvokingUser
 from ..terminal import printable
 from ..trace_processor import ENGINES, TraceProcessorConfig
