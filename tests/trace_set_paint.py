@@ -42,9 +42,3 @@ class Painter(FamilyConverter):
 def painted(monkeypatch):
     real = families.load
     monkeypatch.setattr(families, "load", lambda m: real(m) + [Painter(m)])
-
-
-@pytest.fixture
-def painted(monkeypatch):
-    real = families.load
-    monkeypatch.setattr(families, "load", lambda m: real(m) + [Painter(m)])

@@ -11,10 +11,12 @@ from collections import Counter
 import pytest
 
 from helpers import require_root, timeline_cmd
-from trace_set_paint import STEP, painted  # noqa: F401 (a fixture)
+import trace_set_paint
+from trace_set_paint import STEP
 from timeline.trace_processor import open_trace
 
 pytestmark = pytest.mark.usefixtures("root")
+painted = trace_set_paint.painted  # a fixture
 
 WORKLOAD = textwrap.dedent("""
     import ctypes, threading, time
@@ -80,7 +82,8 @@ def test_a_chunk_passes_check_and_query_points_to_one(recorded):
     assert cp.returncode != 0 and "chunk-0001.pftrace" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
 
 
-def test_a_chunk_with_cut_slices_in_the_ui(tmp_path, painted):  # noqa: F811 (a fixture)
+@pytest.mark.usefixtures("painted")
+def test_a_chunk_with_cut_slices_in_the_ui(tmp_path):
     """The bundled Perfetto UI, offline in headless Chromium (as tests/system/test_view.py does),
     on the chunk `view SET --at` picks: the processes are named, the cut slices drawn
     (the screenshot, docs/img/trace-set-chunk.png, shows them ending at the chunk's edges)."""

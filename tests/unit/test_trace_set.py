@@ -10,7 +10,6 @@ import json
 import os
 from collections import Counter, defaultdict
 
-import numpy as np
 import pytest
 
 from timeline.converters import convert
@@ -18,7 +17,10 @@ from timeline.converters.trace_set import SplitSpec, chunk_at, main_chunk, parse
 from timeline.errors import UserError
 from timeline.trace_processor import open_trace
 from rawlog_factory import many_switches, scenario
-from trace_set_paint import STEP, painted  # noqa: F401 (a fixture)
+import trace_set_paint
+from trace_set_paint import STEP
+
+painted = trace_set_paint.painted  # a fixture
 
 def _slices(tp) -> list[tuple]:
     return tp.query(
@@ -40,7 +42,8 @@ def _split(tmp_path, spec=SplitSpec(duration_ns=STEP)):
     return whole, res
 
 
-def test_chunks_rejoin_to_the_unsplit_trace(tmp_path, painted):
+@pytest.mark.usefixtures("painted")
+def test_chunks_rejoin_to_the_unsplit_trace(tmp_path):
     whole, res = _split(tmp_path)
     assert res.out_path == str(tmp_path / "s.tlset") and len(res.chunks) == 5
     with open_trace(whole.out_path) as tp:
@@ -74,7 +77,8 @@ def test_chunks_rejoin_to_the_unsplit_trace(tmp_path, painted):
     assert sorted(map(key, joined)) == sorted(map(key, ref))
 
 
-def test_counters_flows_and_tracks_in_every_chunk(tmp_path, painted):
+@pytest.mark.usefixtures("painted")
+def test_counters_flows_and_tracks_in_every_chunk(tmp_path):
     _, res = _split(tmp_path)
     expect_queue = [None, 2, 2, 2, 3]  # the value held at each chunk's start (none before the first sample)
     for i, c in enumerate(res.chunks):
@@ -92,7 +96,8 @@ def test_counters_flows_and_tracks_in_every_chunk(tmp_path, painted):
                 assert flows >= 1  # a flow with both ends in the first chunk is kept
 
 
-def test_index_describes_the_chunks(tmp_path, painted):
+@pytest.mark.usefixtures("painted")
+def test_index_describes_the_chunks(tmp_path):
     whole, res = _split(tmp_path)
     idx = read_index(res.out_path)
     assert idx["format"] == "timeline-trace-set" and idx["version"] == 1 and idx["source"] == "s.tlraw"
@@ -138,7 +143,7 @@ def test_parse_split():
             parse_split(bad)
 
 
-def test_view_picks_the_chunk(tmp_path, painted, capsys):
+def test_view_picks_the_chunk(tmp_path, capsys):
     from timeline.commands.view import pick_chunk
 
     _, res = _split(tmp_path)
