@@ -226,3 +226,127 @@ class OutputFile:
         finally:
             self.close()
         return False
+
+
+class OutputDir:
+    """A directory of output files (a trace set) that will appear at `path`:
+    `create(name)` each file, then `commit()`.
+
+    As for OutputFile: made under a fresh temporary name in the target's
+    directory (as `user` in sudo mode), its files created inside it through
+    its descriptor with O_CREAT|O_EXCL|O_NOFOLLOW, and renamed into place at
+    the end.  An existing `path` is replaced only if it is a directory holding
+    nothing but the names `replaceable(name)` accepts (a previous trace set);
+    anything else there is refused.  As a context manager: committed on
+    success, removed on an exception.
+    """
+
+    def __init__(self, path: str, user=None, replaceable=None, mode: int = 0o700):
+        from .converters.trace_set import CHUNK_RE, INDEX
+
+        self.path, self.user, self.mode = os.fspath(path).rstrip("/"), user, mode
+        if not self.path:
+            raise UserError("cannot write an output with an empty name")
+        self.replaceable = replaceable or (lambda n: n == INDEX or CHUNK_RE.fullmatch(n) is not None)
+        self.names: list[str] = []
+        d, base = os.path.split(os.path.abspath(self.path))
+        self.tmp, self.fd = None, -1
+        self.tmp, self.fd = as_user(user, lambda: self._mkdir(d, base))
+
+    @staticmethod
+    def _mkdir(d: str, base: str):
+        for _ in range(100):
+            tmp = os.path.join(d, f".tl-{base[:40]}-{secrets.token_hex(6)}")
+            try:
+                os.mkdir(tmp, 0o700)
+            except FileExistsError:
+                continue
+            return tmp, os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        raise OSError(17, "no free temporary name", d)
+
+    def create(self, name: str, mode: int = 0o600) -> int:
+        """A new file `name` in the directory (a plain name): a descriptor open for writing, the caller's."""
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"not a plain file name: {name!r}")
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        _, fd = as_user(self.user, lambda: (None, os.open(name, flags, mode, dir_fd=self.fd)))
+        self.names.append(name)
+        return fd
+
+    def commit(self) -> None:
+        path, tmp, ok = self.path, self.tmp, self.replaceable
+
+        def rename():
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if not stat.S_ISDIR(st.st_mode):
+                    raise OSError(0, f"refusing to replace it: it is {_kind(st.st_mode)}", path)
+                old = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    names = os.listdir(old)
+                    if not all(ok(n) for n in names):
+                        raise OSError(0, "refusing to replace a directory that is not a trace set", path)
+                    for n in names:
+                        os.unlink(n, dir_fd=old)
+                finally:
+                    os.close(old)
+                os.rmdir(path)
+            os.rename(tmp, path)
+            return None, None
+
+        try:
+            os.fchmod(self.fd, self.mode)
+            as_user(self.user, rename)
+        except OSError as e:
+            self.discard()
+            raise UserError(f"cannot write {path}: {e.strerror}") from None
+        self.tmp = None
+        mine = os.fstat(self.fd)
+        try:
+            now = os.lstat(path)
+            swapped = (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
+        except OSError:
+            swapped = True
+        if swapped:
+            raise UserError(f"{path} was replaced by another directory while timeline wrote it; "
+                            "its content is not timeline's output")
+
+    def discard(self) -> None:
+        """Remove the temporary directory and the files made in it."""
+        if self.tmp is None:
+            return
+        tmp, self.tmp, dfd, names = self.tmp, None, self.fd, list(self.names)
+
+        def rm():
+            for n in names:
+                try:
+                    os.unlink(n, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+            os.rmdir(tmp)
+            return None, None
+        try:
+            as_user(self.user, rm)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.commit()
+            else:
+                self.discard()
+        finally:
+            self.close()
+        return False

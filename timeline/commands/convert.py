@@ -24,7 +24,41 @@ class NoRoom(UserError):
         super().__init__(msg, EXIT_NO_TRACE)
 
 
-def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False, raw_fd: int | None = None):
+class SplitOption(click.ParamType):
+    """--split: DURATION (5m), EVENTS per chunk (2000000ev, 2Mev), auto or off."""
+    name = "split"
+
+    def convert(self, value, param, ctx):
+        from ..converters.trace_set import SplitSpec, parse_split
+
+        if value is None or isinstance(value, SplitSpec):
+            return value
+        try:
+            return parse_split(value) or OFF
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+OFF = "off"  # --split off: never a trace set
+
+
+def split_option(fn):
+    from ..converters.trace_set import AUTO_CHUNK_EVENTS, AUTO_SPLIT_ABOVE
+
+    return click.option(
+        "--split", type=SplitOption(), default="auto", show_default=True, metavar="DURATION|EVENTS|auto|off",
+        help=f"Write a trace set (NAME.tlset/: numbered Perfetto traces + index.json) split every DURATION "
+             f"(5m, 90s) or EVENTS (2000000ev, 2Mev); auto: only above {AUTO_SPLIT_ABOVE // 1_000_000} M events, "
+             f"in chunks of {AUTO_CHUNK_EVENTS // 1_000_000} M (docs/trace-sets.md).")(fn)
+
+
+def split_spec(split):
+    """The converter's split argument for an option value (None: one trace)."""
+    return None if split in (None, OFF) else split
+
+
+def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False, raw_fd: int | None = None,
+                   split=None):
     """Convert with a progress bar on a terminal; warn about damage.
     user: the invoking user (identity.InvokingUser), who creates and owns `out`.
     raw_fd: a descriptor on the raw log timeline wrote itself (record), read
@@ -59,7 +93,8 @@ def run_conversion(raw: str, out: str, fmt: str, user=None, quiet: bool = False,
         try:
             # the converter insists on a path: the descriptor's own, which the kernel
             # resolves to the file we hold whatever has the name now
-            res = convert(src if cut is None else fd_name(cut.fd), out, fmt=fmt, progress=progress, user=user)
+            res = convert(src if cut is None else fd_name(cut.fd), out, fmt=fmt, progress=progress, user=user,
+                          split=split_spec(split), source=os.path.basename(raw))
         finally:
             if cut is not None:
                 cut.discard()
@@ -96,7 +131,8 @@ def _console():
 @click.option("--format", "fmt", type=click.Choice(["perfetto", "chrome"]),
               help="perfetto (.pftrace protobuf, default) or chrome (JSON; gzip if OUTPUT ends in .gz).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-def convert_cmd(raw, output, fmt, quiet):
+@split_option
+def convert_cmd(raw, output, fmt, quiet, split):
     """Convert a raw recording (.tlraw) into a Perfetto or Chrome JSON trace."""
     if not os.path.exists(raw):
         raise UserError(f"{raw} does not exist")
@@ -105,11 +141,35 @@ def convert_cmd(raw, output, fmt, quiet):
     if output == "":
         raise UserError("-o/--output needs a file name")
     fmt = infer_format(output or "", fmt)
+    explicit = split_spec(split) is not None and not split.auto
+    if explicit and fmt != "perfetto":
+        raise UserError("--split writes Perfetto traces (a trace set); it cannot be used with Chrome JSON")
     if output is None:
         base = raw[:-6] if raw.endswith(".tlraw") else raw
         output = base + (".json" if fmt == "chrome" else ".pftrace")
     user = invoking_user()  # in sudo mode the raw log is read, and the trace written, as this user
-    user.check_writable(output)
-    res = run_conversion(raw, output, fmt, user=user, quiet=quiet)
+    check_output(user, output, split)
+    res = run_conversion(raw, output, fmt, user=user, quiet=quiet, split=split)
     if not quiet:
-        click.echo(f"wrote {output} ({human_bytes(res.out_bytes)}, {res.events} events)", err=True)
+        click.echo(f"wrote {wrote(res)} ({human_bytes(res.out_bytes)}, {res.events} events)", err=True)
+
+
+def check_output(user, output: str, split) -> None:
+    """Fail early where the output cannot be written (a trace set's directory is checked when made)."""
+    spec = split_spec(split)
+    if spec is not None and not spec.auto:
+        from ..converters.trace_set import set_path
+
+        target = set_path(output)
+        if os.path.isdir(target) and not os.path.islink(target):
+            return
+        output = target
+    user.check_writable(output)
+
+
+def wrote(res) -> str:
+    """What a conversion wrote, for its summary line."""
+    if res.chunks is None:
+        return res.out_path
+    n = len(res.chunks)
+    return f"trace set {res.out_path}/ of {n} chunk{'s' if n > 1 else ''}"

@@ -120,8 +120,18 @@ def print_result(res, fmt: str) -> None:
         Console(highlight=False).print(table)
 
 
+def one_chunk_please(path: str) -> str:
+    """Why a directory is not queried: a trace set is one trace per chunk."""
+    from ..converters.trace_set import CHUNK_NAME, is_trace_set
+
+    if not is_trace_set(path):
+        return f"{printable(path)} is a directory, not a trace"
+    return (f"{printable(path)} is a trace set (one trace per time chunk): query one chunk, e.g. "
+            f"{printable(os.path.join(path, CHUNK_NAME.format(1)))} (its index.json gives each chunk's time range)")
+
+
 @click.command("query")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=click.Path())
 @click.argument("sql", required=False)
 @click.option("-f", "--file", "sql_file", metavar="FILE", help="Read the SQL from a file ('-' = stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
@@ -138,6 +148,8 @@ def query(trace, sql, sql_file, fmt, tp_config):
     from ..identity import invoking_user
     from .interrupt import interruptible
 
+    if os.path.isdir(trace):
+        raise UserError(one_chunk_please(trace))
     if (sql is None) == (sql_file is None):
         raise UserError("give the SQL either as an argument or with -f FILE (one of them)")
     user = invoking_user()  # in sudo mode the SQL file and the trace are read as this user

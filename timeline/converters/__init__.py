@@ -40,15 +40,23 @@ class ConvertResult:
     synthetic_switches: int = 0  # switches added to keep each CPU's chain whole
     switches: int = 0            # context switches written
     switch_bytes: int = 0        # perfetto: bytes of the compact_sched switch arrays
+    chunks: list | None = None   # a trace set (out_path a NAME.tlset directory): its index's chunks
 
 
-def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None) -> ConvertResult:
+def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None, user=None,
+            split=None, source: str | None = None) -> ConvertResult:
     """Convert a raw log.  progress: optional callable(done_bytes, total_bytes).
     user: in sudo mode, the invoking user, who creates and owns the output
     and as whom the files the raw log names are read.
 
     fmt: "perfetto" | "chrome"; None picks it from out_path (format_for).
     "chrome" is gzip-compressed when out_path ends with .gz.
+
+    split: a trace_set.SplitSpec (perfetto only): write a trace set, the
+    directory trace_set.set_path(out_path), split by time or events
+    (trace_set.AUTO: only when the log holds more than AUTO_SPLIT_ABOVE
+    records); result.out_path names what was written.  source: the raw
+    log's name for the set's index (default: raw_path's base name).
 
     Raises RawLogError when raw_path is not a raw log, ValueError for a bad
     fmt or when out_path is the raw log itself.  A damaged/truncated log is
@@ -70,7 +78,21 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
 
     m = _model.scan(raw_path, progress, total, families_loader=load_families)
     norm = _model.SchedNormalizer(m, leading=(fmt == "perfetto"))
-    events = 0
+    starts = None
+    if split is not None and fmt == "perfetto":
+        from . import trace_set
+        starts = trace_set.plan(m, split)
+    elif split is not None and not split.auto:
+        raise ValueError("--split writes Perfetto traces: use --format perfetto")
+    if starts is not None:
+        out_dir = trace_set.set_path(out_path)
+        events, chunks, nbytes = trace_set.write(m, norm, out_dir, starts, progress, size, total, user,
+                                                 source=source or os.path.basename(raw_path))
+        if progress:
+            progress(total, total)
+        return ConvertResult(events=events, damage=m.damage, finalized=m.finalized, out_bytes=nbytes,
+                             drops=m.drops, out_path=out_dir, synthetic_switches=norm.synthetic,
+                             switches=sum(c["switches"] for c in chunks), chunks=chunks)
     atomic = _AtomicOutput(out_path, user)
     with atomic as raw_f:
         f = raw_f
@@ -83,27 +105,7 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
         else:
             from .chrome.writer import ChromeJsonWriter
             w = ChromeJsonWriter(f, m)
-        w.begin()
-        sink = _slice_args.joining(w.sink, m.families)  # families that add args to others' slices
-        for item in _model.stream(m, norm, progress, size, total):
-            events += item.nrec
-            if item.kind is ItemKind.SCHED:
-                w.sched(item.chunks)
-            elif item.kind is ItemKind.PROC:
-                w.proc(item.recs)
-            elif item.kind is ItemKind.PROCS:
-                w.snapshot(item.meta)
-            elif item.kind is ItemKind.RING:
-                for fam in m.families:
-                    if item.ring in fam.rings:
-                        fam.emit_ring(sink, item.ring, item.recs)
-            elif item.kind is ItemKind.META:
-                for fam in m.families:
-                    if item.meta.get("type") in fam.metas:
-                        fam.emit_meta(sink, item.meta)
-        for fam in m.families:
-            fam.finish(sink)
-        w.finish()
+        events = second_pass(m, norm, w, progress, size, total)
         if f is not raw_f:
             f.close()
     if progress:
@@ -112,6 +114,40 @@ def convert(raw_path: str, out_path: str, fmt: str | None = None, progress=None,
                          out_bytes=atomic.size, drops=m.drops,
                          out_path=out_path, synthetic_switches=norm.synthetic,
                          switches=w.n_switch, switch_bytes=w.switch_bytes)
+
+
+def second_pass(m, norm, w: TraceWriter, progress, size: int, total: int, on_family=None) -> int:
+    """Stream the raw log's items into writer w, families through its sink;
+    returns the raw records converted.  on_family(fam): called before a
+    family writes (a trace set notes which chunks each family filled)."""
+    events = 0
+    w.begin()
+    sink = _slice_args.joining(w.sink, m.families)  # families that add args to others' slices
+    note = on_family or (lambda fam: None)
+    for item in _model.stream(m, norm, progress, size, total):
+        events += item.nrec
+        if item.kind is ItemKind.SCHED:
+            w.sched(item.chunks)
+        elif item.kind is ItemKind.PROC:
+            w.proc(item.recs)
+        elif item.kind is ItemKind.PROCS:
+            w.snapshot(item.meta)
+        elif item.kind is ItemKind.RING:
+            for fam in m.families:
+                if item.ring in fam.rings:
+                    note(fam)
+                    fam.emit_ring(sink, item.ring, item.recs)
+        elif item.kind is ItemKind.META:
+            for fam in m.families:
+                if item.meta.get("type") in fam.metas:
+                    note(fam)
+                    fam.emit_meta(sink, item.meta)
+    for fam in m.families:
+        note(fam)
+        fam.finish(sink)
+    note(None)
+    w.finish()
+    return events
 
 
 class _AtomicOutput:

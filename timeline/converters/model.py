@@ -125,6 +125,8 @@ class LogModel:
     # flows between families' slices (a call -> the GPU work it caused), see call_links.py
     call_links: CallLinks = dataclasses.field(default_factory=CallLinks)
     user: object = None  # sudo mode: the invoking user, whom files a family reads by name are opened as
+    # (first ts, last ts, records) of each ring block: where the events lie in time (trace_set.py plans chunks by it)
+    block_spans: list = dataclasses.field(default_factory=list)
 
     @property
     def command_pid(self) -> int | None:
@@ -274,7 +276,9 @@ class _FirstPass:
         # by `start` and run on no CPU of ours.
         # each ring's own timestamp field (a ring a plugin writes may
         # time its records otherwise, and run on no CPU of ours)
-        _note_ts(m, recs[RINGS[blk.ring].ts_field])
+        ts = recs[RINGS[blk.ring].ts_field]
+        _note_ts(m, ts)
+        m.block_spans.append((int(ts.min()), int(ts.max()), int(ts.size)))
         if "cpu" in names:
             m.cpus.update(np.unique(recs["cpu"]).tolist())
         if blk.ring in self.ring_fams:

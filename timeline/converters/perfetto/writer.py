@@ -76,9 +76,12 @@ _PACKET_KEY = key(TRACE_PACKET, LEN)  # each packet's framing as a Trace.packet 
 # ------------------------------------------------------------------ writer
 
 class PerfettoWriter:
-    def __init__(self, f, model: LogModel):
+    def __init__(self, f, model: LogModel, window=None):
         self.f = f
         self.m = model
+        # one chunk of a trace set (trace_set.ChunkWindow): its own time range, the
+        # processes alive at its start named there, drop stats in the last chunk only
+        self.window = window
         self.out_bytes = 0
         self.switch_bytes = 0  # compact_sched switch arrays only (bytes/switch metric)
         self.n_switch = 0
@@ -114,11 +117,26 @@ class PerfettoWriter:
         si.system_info.num_cpus = m.ncpu()
         self._packet(si)
         # the host: `timeline merge` names each input's machine by it
+        w = self.window
+        chunk = {} if w is None else {"timeline_chunk": w.index + 1, "timeline_chunks": w.count}
         self._metadata({"timeline_version": __version__, **({"timeline_host": str(uts["nodename"])}
-                                                            if uts.get("nodename") else {})})
-        if m.end is not None:
-            self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, m.start_ts(), {}, {})
-            self._drop_counters(m.start_ts(), start=True)
+                                                            if uts.get("nodename") else {}), **chunk})
+        start = m.start_ts() if w is None or w.index == 0 else w.start
+        if m.end is not None and self._has_drop_stats():
+            self._ftrace_stats(pb.FtraceStats.START_OF_TRACE, start, {}, {})
+            self._drop_counters(start, start=True)
+        if w is not None and w.index > 0:  # a chunk begins with what is alive then, named
+            self._process_tree(w.start, *self._alive(w.start, w.start))
+
+    def _has_drop_stats(self) -> bool:
+        return self.window is None or self.window.index == self.window.count - 1
+
+    def _alive(self, lo: int, hi: int) -> tuple[list, list]:
+        """The pids and tids alive at some time in [lo, hi] (known to have begun by hi, not ended before lo)."""
+        def alive(x) -> bool:
+            return (x.start_ts is None or x.start_ts <= hi) and (x.end_ts is None or x.end_ts > lo)
+        return (sorted(p.pid for p in self.m.processes.values() if alive(p)),
+                sorted(t.tid for t in self.m.threads.values() if t.tgid is not None and alive(t)))
 
     def _clock_snapshot(self, clock: dict, first: bool = False) -> None:
         ids = (("boottime_ns", CLOCK_BOOTTIME), ("realtime_ns", CLOCK_REALTIME),
@@ -311,7 +329,7 @@ class PerfettoWriter:
                 th.name = t.name
         self._packet(pkt)
 
-    def _rank_labels(self, end: int) -> None:
+    def _rank_labels(self, end: int, lo: int | None = None) -> None:
         """Ranks as process args (`chrome.process_label[i]` = `rank=3`, ...),
         through a process descriptor inside the process's lifetime.
         trace_processor keeps the cmdline's name over the descriptor's, so the
@@ -321,7 +339,12 @@ class PerfettoWriter:
             if label is None:
                 continue
             last = max([t for t, _, _ in p.history if t is not None] + [p.start_ts or 0, self.m.start_ts()])
-            pkt = pb.TracePacket(timestamp=min(last + 2, p.end_ts if p.end_ts is not None else end))
+            ts = min(last + 2, p.end_ts if p.end_ts is not None else end)
+            if lo is not None:  # a chunk: only processes alive in it, labelled inside it
+                if (p.end_ts is not None and p.end_ts <= lo) or (p.start_ts is not None and p.start_ts > end):
+                    continue
+                ts = max(ts, lo + 2)
+            pkt = pb.TracePacket(timestamp=ts)
             # the uuid of the process's own track (the sink's): a second process
             # descriptor with another uuid makes trace_processor start a ghost process
             pkt.track_descriptor.uuid = self.sink._process_track(pid, pkt.timestamp)
@@ -336,14 +359,18 @@ class PerfettoWriter:
     # -- end
     def finish(self) -> None:
         m = self.m
-        end = m.end_ts()
+        w = self.window
+        end = m.end_ts() if w is None or w.index == w.count - 1 else w.end
         # Only what is still alive: trace_processor would start a second
         # thread/process for an ended one.
-        live = [t.tid for t in m.threads.values() if t.end_ts is None and t.tgid is not None]
-        procs = [p.pid for p in m.processes.values() if p.end_ts is None]
-        self._process_tree(end, sorted(procs), sorted(live), final=True)
-        self._rank_labels(end)
-        if m.end is not None:
+        if w is None:
+            live = [t.tid for t in m.threads.values() if t.end_ts is None and t.tgid is not None]
+            procs = [p.pid for p in m.processes.values() if p.end_ts is None]
+        else:
+            procs, live = self._alive(end, end)
+        self._process_tree(end, sorted(procs), sorted(live), final=self._has_drop_stats())  # not the last chunk: as then
+        self._rank_labels(end, None if w is None else w.start)
+        if m.end is not None and self._has_drop_stats():
             self._ftrace_stats(pb.FtraceStats.END_OF_TRACE, end, m.drops_per_cpu(), m.drops_per_cpu("full"))
             self._drop_counters(end, start=False)
             ce = m.end.get("clock_end") or {}
