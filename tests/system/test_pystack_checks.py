@@ -54,7 +54,8 @@ def where(info, marker: str, fn: str) -> str:
 def test_sync_hotspots_names_the_line(run, ext):
     info = run["sched,cuda,pystack"]
     line = where(info, "SYNC", "train_step")
-    main = [f for f in check_json(run["sched,cuda,pystack", ext], "sync_hotspots") if f"(tid {info['tid']})" in f["finding"]]
+    found = check_json(run["sched,cuda,pystack", ext], "sync_hotspots")
+    main = [f for f in found if f"(tid {info['tid']})" in f["finding"]]
     assert len(main) == 1, main
     assert f"called at {line} (" in main[0]["finding"]
     # every call's stack was taken (test_pystack_record.py); a loaded machine may still miss the first one
@@ -66,7 +67,8 @@ def test_sync_hotspots_names_the_line(run, ext):
 def test_input_stall_names_the_line(run, ext):
     info = run["sched,cuda,pystack"]
     line = where(info, "WAIT", "next_batch")
-    (main,) = [f for f in check_json(run["sched,cuda,pystack", ext], "input_stall") if f["finding"].startswith("main thread")]
+    found = check_json(run["sched,cuda,pystack", ext], "input_stall")
+    (main,) = [f for f in found if f["finding"].startswith("main thread")]
     assert f"(tid {info['tid']})" in main["finding"] and f"it waited in Python at {line} (" in main["finding"]
     ev = main["evidence"]
     assert ev["python_line"] == line and ev["python_share"] > 0.9 and ev["waited_s"] > STEPS * 0.02

@@ -30,8 +30,8 @@ def demo(tmp_path_factory):
     if PYTHON is None:
         pytest.skip("no supported CPython here")
     trace = str(tmp_path_factory.mktemp("pystack-view") / "demo.pftrace")
-    cp = timeline_cmd("record", "-e", "sched,cuda,pystack", "--cuda-lib", real_cudart(), "-o", trace, "--keep-raw", "--",
-                      PYTHON, DEMO, real_cudart())
+    cp = timeline_cmd("record", "-e", "sched,cuda,pystack", "--cuda-lib", real_cudart(), "-o", trace, "--keep-raw",
+                      "--", PYTHON, DEMO, real_cudart())
     assert cp.returncode == 0, cp.stderr
     return trace
 
