@@ -7,13 +7,16 @@ it returns 35, after the uprobes fired) in one process and blocks on a pipe
 in the other.  The shell is a non-Python process of the tree (no stacks, no
 error).  Checked: the stacks the recorder symbolized (exact files and lines),
 the `py` arg on the CUDA call slices and on the wait slices, and the stack
-samples, through trace_processor.
+samples, through trace_processor; the Chrome JSON output (gzip'd): `sf` on
+the call slices, through `stackFrames`.
 """
+import gzip
 import json
 import os
 import shlex
 
 import numpy as np
+import orjson
 import pytest
 
 from timeline.pystack import records as R
@@ -46,8 +49,12 @@ def run(request, tmp_path_factory):
     cuda, pipe = (json.loads(line) for line in cp.stdout.strip().splitlines())
     cv = timeline_cmd("convert", raw, "-o", trace)
     assert cv.returncode == 0, cv.stderr
+    chrome = str(d / "run.json.gz")
+    cv = timeline_cmd("convert", raw, "--format", "chrome", "-o", chrome)
+    assert cv.returncode == 0, cv.stderr
     tp = open_trace(trace)
-    yield {"cp": cp, "raw": read_raw(raw), "cuda": cuda, "pipe": pipe, "tp": tp, "name": request.param}
+    yield {"cp": cp, "raw": read_raw(raw), "cuda": cuda, "pipe": pipe, "tp": tp, "name": request.param,
+           "chrome": chrome}
     tp.close()
 
 
@@ -117,6 +124,34 @@ def test_stack_samples_resolve_to_the_chain(run):
             names.append(name)
         stacks.append(names)
     assert stacks.count(want) >= SYNCS, stacks  # and the waits in them, if any
+
+
+def sf_chain(frames: dict, sf) -> list[tuple[str, str]]:
+    """(name, category) of a stackFrames entry and its callers, innermost first."""
+    out = []
+    while sf is not None:
+        f = frames[str(sf)]
+        out.append((f["name"], f["category"]))
+        sf = f.get("parent")
+    return out
+
+
+def test_chrome_json_slices_point_at_their_stack(run):
+    """--format chrome, gzip'd: the sync slices' `sf` walks the known chain, exact lines."""
+    with gzip.open(run["chrome"], "rb") as f:
+        doc = orjson.loads(f.read())
+    info = run["cuda"]
+    want = [(f"{fn} ({os.path.basename(path)}:{line})", path) for fn, path, line in chain(info, "INNER_CUDA")]
+    syncs = [e for e in doc["traceEvents"] if e.get("name") == "cudaStreamSynchronize" and e["tid"] == info["tid"]]
+    assert len(syncs) == SYNCS
+    assert [sf_chain(doc["stackFrames"], e.get("sf")) for e in syncs] == [want] * SYNCS
+    assert [e["args"]["py"] for e in syncs] == [arg_text(info, "INNER_CUDA")] * SYNCS
+    waits = [e for e in doc["traceEvents"] if e.get("cat") == "python" and e.get("name") == "wait"
+             and e["tid"] == run["pipe"]["tid"] and e["args"]["py"] == arg_text(run["pipe"], "INNER_PIPE")]
+    assert len(waits) == 1 and sf_chain(doc["stackFrames"], waits[0]["sf"])[0][0].startswith("inner (")
+    # one entry per distinct (function, file, line, caller): the syncs' stack is there once
+    names = [(f["name"], f["category"], f.get("parent")) for f in doc["stackFrames"].values()]
+    assert len(names) == len(set(names))
 
 
 def test_summary_and_no_errors(run):

@@ -1,7 +1,8 @@
 """What the bundled Perfetto UI (v52) shows of Python stacks, in headless
 Chromium: the flame graph of the recorded process's CPU samples, and the
-`py` arg of a CUDA synchronization.  Screenshots go to $TIMELINE_SCREENSHOT_DIR
-(docs/img/) if set."""
+`py` arg of a CUDA synchronization; in the Chrome JSON conversion, a CPU
+sample (an instant event) with its stack.  Screenshots go to
+$TIMELINE_SCREENSHOT_DIR (docs/img/) if set."""
 import os
 import shutil
 import tempfile
@@ -29,8 +30,8 @@ def demo(tmp_path_factory):
     if PYTHON is None:
         pytest.skip("no supported CPython here")
     trace = str(tmp_path_factory.mktemp("pystack-view") / "demo.pftrace")
-    cp = timeline_cmd("record", "-e", "sched,cuda,pystack", "--cuda-lib", real_cudart(), "-o", trace, "--",
-                      PYTHON, DEMO, real_cudart())
+    cp = timeline_cmd("record", "-e", "sched,cuda,pystack", "--cuda-lib", real_cudart(), "-o", trace, "--keep-raw",
+                      "--", PYTHON, DEMO, real_cudart())
     assert cp.returncode == 0, cp.stderr
     return trace
 
@@ -41,6 +42,40 @@ def shoot(browser, tmp_path, name):
     if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
         shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
     assert os.path.getsize(shot) > 10_000
+
+
+def find(browser, text):
+    """Search the omnibox for text and select the first match."""
+    browser.call("Runtime.evaluate", expression="document.querySelector('.pf-omnibox input').focus()")
+    browser.call("Input.insertText", text=text)
+    time.sleep(0.5)
+    for kind in ("keyDown", "keyUp"):
+        browser.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
+                     **({"text": "\r"} if kind == "keyDown" else {}))
+
+
+def test_chrome_json_sample_in_the_ui(demo, tmp_path):
+    """The bundled UI ignores stackFrames/sf; a sample instant shows its stack as the `py` arg."""
+    trace = str(tmp_path / "demo.json")
+    cv = timeline_cmd("convert", demo.replace(".pftrace", ".tlraw"), "-o", trace)
+    assert cv.returncode == 0, cv.stderr
+    v = Viewer(trace)
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                     mobile=False)
+        browser.call("Page.navigate", url=v.url)
+        browser.wait_for_text(["pystack_demo"], 90)
+        time.sleep(1.5)
+        find(browser, "sample")
+        want = f"pystack_demo.py:{line('x = train_step(x)')} main ← "
+        txt = browser.wait_for_text(["Arguments", want], 60)
+        assert want in txt and "sample" in txt, txt[-3000:]
+        time.sleep(0.5)
+        shoot(browser, tmp_path, "python-stacks-chrome-sample.png")
+    finally:
+        browser.close()
+        v.stop()
 
 
 def test_flame_graph_and_sync_stack_in_the_ui(demo, tmp_path):

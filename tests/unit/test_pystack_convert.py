@@ -9,6 +9,7 @@ out as the recorder writes them, read back through trace_processor.
 - a malformed META (the raw log is input) costs its contents, never the conversion.
 """
 import numpy as np
+import orjson
 import pytest
 
 from timeline import events as ev
@@ -108,9 +109,32 @@ def test_cpu_samples_are_the_perf_samples_when_sampling_was_on(tmp_path):
                            join stack_profile_frame f on f.id = c.frame_id limit 1""").rows
         assert leaf == [("inner (train.py:12)",)]
     json_out = str(tmp_path / "b.json")
-    convert(raw, json_out)  # Chrome JSON: the args and slices, the samples dropped
+    convert(raw, json_out)  # Chrome JSON: the args and slices; samples are instants; stacks in stackFrames
     with open_trace(json_out) as tp:
         assert len(query_slices(tp, "s.name = 'wait'")) == 2
+        assert len(query_slices(tp, "s.name = 'sample' and s.category = 'python' and s.dur = 0")) == 500
+    with open(json_out, "rb") as f:
+        doc = orjson.loads(f.read())
+    frames = doc["stackFrames"]
+
+    def chain(sf):
+        out = []
+        while sf is not None:
+            out.append(frames[str(sf)]["name"])
+            sf = frames[str(sf)].get("parent")
+        return out
+    sync_chain = ["inner (train.py:12)", "step (train.py:57)", "main (train.py:90)", "<module> (train.py:95)"]
+    evs = doc["traceEvents"]
+    samples = [e for e in evs if e.get("ph") == "i" and e.get("name") == "sample"]
+    assert len(samples) == 500 and all(chain(e["sf"]) == sync_chain for e in samples)
+    syncs = sorted((e["ts"], e["tid"], e.get("sf")) for e in evs if e.get("name") == "cudaStreamSynchronize")
+    assert [chain(s) if s else None for _, _, s in syncs] == [sync_chain, sync_chain, None]
+    waits = sorted((e["ts"], e.get("sf")) for e in evs if e.get("name") == "wait")
+    assert chain(waits[0][1]) == ["load (data.py:7)", "main (train.py:90)", "<module> (train.py:95)",
+                                  "<more than 64 frames>"]
+    assert waits[1][1] is None  # its stack was never sent
+    # frames are per (function, file, line, caller): main and <module> twice (two roots: truncated or not)
+    assert len(frames) == 8 and frames[str(samples[0]["sf"])]["category"] == "/w/train.py"
 
 
 @pytest.mark.parametrize("meta", [

@@ -23,6 +23,7 @@ as int64, so pass pointers and other values that may reach 2**63 as hex str
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -37,12 +38,16 @@ class Column:
     "hex": uint64 shown as '0x...' strings (pointers, handles);
     "str": `values` are indices into `strings`.
     `present`: rows that have the argument (None: all of them).
+    `stacks`: for a "str" column that names call stacks (the pystack family's
+    `py` arg), per string its frames (function, file, line), innermost
+    first; formats that know stacks attach them too (Chrome JSON: `sf`).
     """
     key: str
     kind: str
     values: np.ndarray
     strings: list | None = None
     present: np.ndarray | None = None
+    stacks: list | None = None
 
     def pylist(self) -> list:
         """Per-row Python values, None where absent (the per-event path)."""
@@ -141,6 +146,11 @@ def flow_ids(v) -> list[int]:
     return [int(v)] if v else []
 
 
+def frame_name(function: str, path: str, line: int) -> str:
+    """How a Python frame is named in a trace: function (file:line)."""
+    return f"{function} ({os.path.basename(path)}:{line})" if path else function
+
+
 class TrackSink:
     """The interface family converters write to (perfetto.sink.PerfettoTrackSink,
     chrome.sink.ChromeTrackSink).
@@ -205,12 +215,14 @@ class TrackSink:
         """Many values of counter `name` under `group`."""
         raise NotImplementedError
 
-    def stack_samples(self, ts, tid, pid, stack, callstacks, frames) -> None:
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None) -> None:
         """Call stack samples: sample i taken at ts[i] on thread tid[i] of
         process pid[i] (integer arrays) in callstacks[stack[i]], a sequence of
         indices into `frames` (innermost first); a frame is (function, file,
-        line).  Perfetto: PerfSample packets (per-thread sample tracks, flame
-        graphs); a format without stacks drops them."""
+        line).  label(callstack index): the stack as a short text, for formats
+        that show it as an argument.  Perfetto: PerfSample packets (per-thread
+        sample tracks, flame graphs); Chrome JSON: instant events with `sf`;
+        a format without stacks drops them."""
 
     def finish(self) -> None:
         pass

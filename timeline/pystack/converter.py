@@ -11,6 +11,8 @@ time) and waits.  Pass 2 writes:
   Perfetto PerfSample packets with interned frames and callstacks: per-thread
   sample tracks, a flame graph for an area); with sampling off, the stacks
   taken at calls and waits instead.
+The `py` columns carry the frames of each stack too (Column.stacks): the
+Chrome JSON sink points the slices at them (`sf`).
 """
 from __future__ import annotations
 
@@ -136,7 +138,9 @@ class PyStackConverter(FamilyConverter):
         values[idx] = inv.ravel()
         present = np.zeros(n, bool)
         present[idx] = True
-        return Column(ARG, "str", values, [self._text(int(s)) for s in uniq.tolist()], present)
+        ids = uniq.tolist()
+        return Column(ARG, "str", values, [self._text(s) for s in ids], present,
+                      stacks=[tuple(self.frames[f] for f in self.callstacks[s]) if s >= 0 else () for s in ids])
 
     # -- pass 2 ---------------------------------------------------------------
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
@@ -157,7 +161,8 @@ class PyStackConverter(FamilyConverter):
         known = np.flatnonzero((stacks >= 0) & kinds)
         if known.size and self.callstacks:
             r = recs[known]
-            sink.stack_samples(r["ts"], r["tid"], r["tgid"], stacks[known], self.callstacks, self.frames)
+            sink.stack_samples(r["ts"], r["tid"], r["tgid"], stacks[known], self.callstacks, self.frames,
+                               label=self._text)
 
     def slice_args(self, ts, dur, tid, name) -> list:
         """`py` on the CUDA call slices whose stack was taken at their entry:

@@ -29,6 +29,18 @@ select id, ts, dur, fn as name, utid, upid, arg_set_id from _tl_cuda
 where fn in ('cudaLaunchKernel', 'cuLaunchKernel', 'cuLaunchKernelEx', 'cudaLaunchKernelExC',
              'cudaLaunchCooperativeKernel', 'cuLaunchCooperativeKernel');
 
+-- The innermost Python frame, "file:line function", of a slice's `py` arg
+-- (the pystack family: "train.py:57 step ← train.py:90 main ...", frames
+-- joined by " ← ", char(8592)); NULL without the arg or when its stack is
+-- unknown ('?').  Perfetto traces keep args as debug.*, Chrome
+-- JSON ones as args.*.
+create or replace perfetto macro _tl_py_line(arg_set Expr)
+returns Expr as (
+  (select iif(instr(p, ' ' || char(8592) || ' ') > 0, substr(p, 1, instr(p, ' ' || char(8592) || ' ') - 1),
+              nullif(p, '?'))
+   from (select coalesce(extract_arg($arg_set, 'debug.py'), extract_arg($arg_set, 'args.py')) as p))
+);
+
 -- The training process: the parent of the DataLoader workers if known, else a
 -- root of the recorded tree (its parent was not recorded), busiest first.
 create or replace perfetto table _tl_main_process as

@@ -22,6 +22,30 @@ select ts, dur from (
 ) where dur > 0 and (state = 'S' or state glob 'D*')
   and woke_by in (select utid from _tl_is_providers);
 
+-- Where in Python the main thread waited: the pystack family's `wait` slices
+-- (each with the stack the thread went to sleep in as `py`) overlapping its
+-- stalls, by time; each cut at the next one's start, as span_join needs.
+create or replace perfetto table _tl_is_py as
+select ts, min(dur, coalesce(next_ts - ts, dur)) as dur, py_line from (
+  select s.ts, s.dur, _tl_py_line!(s.arg_set_id) as py_line, lead(s.ts) over (order by s.ts) as next_ts
+  from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
+  where s.category = 'python' and s.name = 'wait' and s.dur > 0
+    and t.tid = (select tid from tl_main_thread) and t.upid is (select upid from tl_main_thread))
+where py_line is not null;
+
+drop table if exists _tl_is_pyj;
+create virtual table _tl_is_pyj using span_join(_tl_is_wait, _tl_is_py);
+
+create or replace perfetto table _tl_is_pyl as
+select py_line, sum(dur) as waited from _tl_is_pyj group by py_line;
+
+create or replace perfetto table _tl_is_pyt as
+select (select py_line from _tl_is_pyl order by waited desc, py_line limit 1) as top_line,
+  1.0 * (select max(waited) from _tl_is_pyl) / (select sum(dur) from _tl_is_wait) as top_share,
+  (select group_concat(part, ', ') from (
+     select printf('%s (%.0f%%)', py_line, 100.0 * waited / (select sum(dur) from _tl_is_wait)) as part
+     from _tl_is_pyl order by waited desc, py_line limit 3)) as lines;
+
 create or replace perfetto table _tl_is_win as
 select * from _tl_windows!(_tl_is_span, cast(${window_s} * 1e9 as int));
 
@@ -60,7 +84,7 @@ select
     || iif(waited > 0, printf('; meanwhile its %d workers were running %.0f%%, runnable %.0f%%, in disk '
                               || 'wait (D) %.0f%%, sleeping %.0f%% of the time',
                               workers, 100 * running, 100 * runnable, 100 * disk, 100 * sleeping), '')
-    as finding,
+    || iif(py.lines is not null, printf('; it waited in Python at %s', py.lines), '') as finding,
   span_ts as ts, span as dur,
   case max(running, runnable, disk, sleeping)
     when disk then 'workers are mostly in disk wait: the input is I/O-bound; cache the data, use faster '
@@ -75,15 +99,16 @@ select
   round(waited / 1e9, 3) as waited_s,
   workers,
   round(disk, 3) as workers_disk_wait_fraction,
-  round(running, 3) as workers_running_fraction
-from _tl_is where span > 0 and thread is not null
+  round(running, 3) as workers_running_fraction,
+  py.top_line as python_line, round(py.top_share, 4) as python_share
+from _tl_is, _tl_is_pyt py where span > 0 and thread is not null
 union all
 select * from (
   select 'info' as severity,
     printf('worst window: the main thread waited %.0f%% of it (%.2f s)', 100.0 * sum(j.dur) / w.dur,
            sum(j.dur) / 1e9) as finding,
     w.ts, w.dur, null as hint, round(1.0 * sum(j.dur) / w.dur, 4) as stall_fraction,
-    round(sum(j.dur) / 1e9, 3) as waited_s, null, null, null
+    round(sum(j.dur) / 1e9, 3) as waited_s, null, null, null, null, null
   from _tl_is_wj j join _tl_is_win w using (win)
   where (select waited >= ${warn_fraction} * span from _tl_is)
   group by win having sum(j.dur) >= ${warn_fraction} * w.dur
@@ -93,14 +118,15 @@ select 'info', printf('the DataLoader''s run of %.0f s would need %,d windows of
                       || 'instead (%,d of them)', (end_ts - ts) / 1e9,
                       (end_ts - ts + cast(${window_s} * 1e9 as int) - 1) / cast(${window_s} * 1e9 as int),
                       ${window_s}, step / 1e9, (end_ts - ts + step - 1) / step),
-  null, null, null, null, null, null, null, null
+  null, null, null, null, null, null, null, null, null, null
 from (select *, _tl_window_step!(_tl_is_span, cast(${window_s} * 1e9 as int)) as step from _tl_is_span)
 where step > cast(${window_s} * 1e9 as int)
 union all
 select 'n/a', 'no DataLoader worker processes (pt_data_worker) in this trace: with num_workers=0 the main '
   || 'thread loads batches itself and a stall cannot be told apart from training',
-  null, null, null, null, null, null, null, null
+  null, null, null, null, null, null, null, null, null, null
 where not exists(select 1 from _tl_workers)
 union all
-select 'n/a', 'DataLoader workers found but no main training thread', null, null, null, null, null, null, null, null
+select 'n/a', 'DataLoader workers found but no main training thread', null, null, null, null, null, null, null, null,
+  null, null
 where exists(select 1 from _tl_workers) and not exists(select 1 from tl_main_thread);

@@ -5,6 +5,15 @@
 events; track groups are a pseudo process each with a pseudo thread per
 track.  They are spooled to a temporary file while the sched text streams
 and written into `traceEvents` at the end (ChromeJsonWriter.finish).
+
+Call stacks (the pystack family): the trace format's `stackFrames`
+dictionary (id -> name, category, parent; one id per distinct frame and
+caller), written after `traceEvents`; a slice whose `py` column names a
+stack points at its innermost frame (`sf`), and a stack sample is an
+instant event ("i", name "sample") with `sf` and the `py` text.
+trace_processor (v52) loads neither `stackFrames` nor `sf` nor a top-level
+`samples` array: the `py` args are what Perfetto shows; chrome://tracing
+(catapult) shows the stacks.
 """
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ import numpy as np
 import orjson
 
 from ..columns import Rows, decimals, table
-from ..interface import Column, Lanes, TrackSink, flow_columns, flow_ids, groups_by_args
+from ..interface import Column, Lanes, TrackSink, flow_columns, flow_ids, frame_name, groups_by_args
 
 # Chrome JSON ties every event to a pid.  System-wide tracks (devices, the
 # recorder's notes) go to this pseudo process, named by the writer: with pid 0
@@ -25,6 +34,7 @@ JSON_SYSTEM_NAME = "system-wide (devices, recorder)"
 # track, numbered above PID_MAX_LIMIT so they never meet a real pid or tid.
 JSON_GROUP_PID = 4194304 + 16
 JSON_GROUP_TID = 4194304 + 4096
+SAMPLE_NAME, SAMPLE_CAT = "sample", "python"  # a stack sample's instant event
 
 
 class ChromeTrackSink(TrackSink):
@@ -39,6 +49,9 @@ class ChromeTrackSink(TrackSink):
         self.used_system = False  # an event went to JSON_SYSTEM_PID (the writer names it)
         self._groups: dict[str, int] = {}                      # group -> pseudo pid
         self._group_tracks: dict[tuple[str, str, int], int] = {}  # (group, track, lane) -> pseudo tid
+        self._frame_ids: dict[tuple, int] = {}   # (function, file, line, parent id) -> stackFrames id
+        self._frame_json: list[bytes] = []       # by id - 1: '"id":{...}'
+        self._stack_ids: dict[tuple, int] = {}   # frames, innermost first -> id of the innermost
 
     def _emit(self, ev: dict) -> None:
         self._spool.write(orjson.dumps(ev) + b",\n")
@@ -84,6 +97,58 @@ class ChromeTrackSink(TrackSink):
         self._emit({"ph": "C", "ts": ts / 1000, "pid": pid if pid is not None else JSON_SYSTEM_PID, "name": name,
                     "args": {"value": value}})
 
+    # -- call stacks
+    def _sf(self, frames: tuple) -> int | None:
+        """The stackFrames id of a stack's innermost frame (frames innermost
+        first, each (function, file, line)); None for an empty stack."""
+        sid = self._stack_ids.get(frames)
+        if sid is None and frames:
+            parent = None
+            for fn, path, line in reversed(frames):
+                key = (fn, path, line, parent)
+                fid = self._frame_ids.get(key)
+                if fid is None:
+                    fid = self._frame_ids[key] = len(self._frame_ids) + 1
+                    f = {"name": frame_name(fn, path, line), "category": path or "python"}
+                    if parent is not None:
+                        f["parent"] = str(parent)
+                    self._frame_json.append(b'"%d":' % fid + orjson.dumps(f))
+                parent = fid
+            sid = self._stack_ids[frames] = parent
+        return sid
+
+    def _sf_table(self, c: Column) -> tuple[np.ndarray, np.ndarray]:
+        """',"sf":<id>' per string of a column with stacks (empty where it names none), those used."""
+        enc = [b""] * len(c.strings)
+        for i in np.unique(c.values[c.mask()]).tolist():
+            sid = self._sf(c.stacks[i])
+            if sid is not None:
+                enc[i] = b',"sf":%d' % sid
+        return table(enc)
+
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None):
+        n = len(ts)
+        if n == 0:
+            return
+        uniq, inv = np.unique(np.asarray(stack), return_inverse=True)
+        sf, text = [], []
+        for s in uniq.tolist():
+            sid = self._sf(tuple(frames[f] for f in callstacks[s]))
+            sf.append(b"" if sid is None else b',"sf":%d' % sid)
+            text.append(b',"args":{"py":' + orjson.dumps(label(s)) + b"}" if label is not None else b"")
+        r = Rows(n).const(b'{"ph":"i","s":"t","ts":')
+        self._us(r, np.asarray(ts).astype(np.int64, copy=False)).const(b',"pid":')
+        r.decimal(np.asarray(pid).astype(np.int64)).const(b',"tid":').decimal(np.asarray(tid).astype(np.int64))
+        r.const(b',"name":' + orjson.dumps(SAMPLE_NAME) + b',"cat":' + orjson.dumps(SAMPLE_CAT))
+        codes = inv.ravel()
+        r.gather(table(sf), codes).gather(table(text), codes).const(b"},\n")
+        self._spool.write(r.build())
+        self._n += n
+
+    def stack_frames_json(self) -> bytes | None:
+        """The stackFrames object, None when no event named a stack."""
+        return b"{" + b",\n".join(self._frame_json) + b"}" if self._frame_json else None
+
     # -- bulk
     @staticmethod
     def _us(rows: Rows, ns: np.ndarray) -> Rows:
@@ -119,6 +184,7 @@ class ChromeTrackSink(TrackSink):
             else:
                 name_cat.append((field + orjson.dumps(v), None, None))
         strings = {id(c): self._json_strings(c) for c in args if c.kind == "str"}
+        sfs = {id(c): self._sf_table(c) for c in args if c.stacks is not None}
         floats = {}
         for c in args:
             if c.kind == "float":  # JSON text of each distinct value, gathered per row
@@ -134,6 +200,9 @@ class ChromeTrackSink(TrackSink):
                 r.const(field)
                 if tab is not None:
                     r.gather(tab, codes[idx])
+            for c in cols:
+                if id(c) in sfs:
+                    r.gather(sfs[id(c)], c.values[idx])
             for j, c in enumerate(cols):
                 r.const((b',"args":{' if j == 0 else b",") + orjson.dumps(c.key) + b":")
                 v = c.values[idx]

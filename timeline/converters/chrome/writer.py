@@ -2,8 +2,9 @@
 
 Layout, written as a stream (nothing proportional to the event count is held):
 
-    {"traceEvents": [ph "M" process_name / thread_name / labels ...],
-     "systemTraceEvents": "<ftrace text: sched_switch / sched_waking lines>",
+    {"systemTraceEvents": "<ftrace text: sched_switch / sched_waking lines>",
+     "traceEvents": [family events ..., ph "M" process_name / thread_name / labels ...],
+     "stackFrames": {id: {name, category, parent}}   (only with call stacks: sink.py)
      "metadata": {"timeline": {drops, clock, uname, command, ...}}}
 
 trace_processor (and the Perfetto UI) parse systemTraceEvents with their
@@ -356,7 +357,10 @@ class ChromeJsonWriter:
         self._w('",\n"traceEvents":[')
         self.sink.drain_into(self._wb)
         self._w(",\n".join(orjson.dumps(e).decode() for e in self._metadata_events()) or "{}")
-        self._w('],\n"metadata":')
+        frames = self.sink.stack_frames_json()
+        if frames is not None:  # after the events that name them: the keys of an object come in any order
+            self._wb(b'],\n"stackFrames":' + frames)
+        self._w((',' if frames is not None else '],') + '\n"metadata":')
         self._w(orjson.dumps(meta).decode())
         self._w("}\n")
         out, self._out = self._out, None

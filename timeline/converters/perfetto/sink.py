@@ -450,7 +450,7 @@ class PerfettoTrackSink(TrackSink):
         self._flush_pending()
         self._write_framed(b"".join(out))
 
-    def stack_samples(self, ts, tid, pid, stack, callstacks, frames):
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None):
         if self._stacks is None:
             from .stacks import StackSamples
             self._stacks = StackSamples(self._write, self._write_framed)

@@ -13,12 +13,11 @@ version shows it.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..columns import Rows
+from ..interface import frame_name
 from .fields import (INTERNED_IID, INTERNED_STRING, PKT_INTERNED_DATA, PKT_SEQUENCE_FLAGS, PKT_SEQUENCE_ID,
                      PKT_TIMESTAMP, SEQ_CLEARED, SEQ_NEEDS_STATE, TRACE_PACKET)
 from .wire import LEN, VARINT, f_len, f_varint, key
@@ -33,11 +32,6 @@ I_SOURCE_PATHS, I_MAPPINGS, I_MAPPING_PATHS = (_I.SOURCE_PATHS_FIELD_NUMBER, _I.
 _F, _C, _M, _S = pb.Frame, pb.Callstack, pb.Mapping, pb.PerfSample
 MAPPING_IID = 1
 MAPPING_NAME = "python"
-
-
-def frame_name(function: str, path: str, line: int) -> str:
-    """How a Python frame is named in the trace: function (file:line)."""
-    return f"{function} ({os.path.basename(path)}:{line})" if path else function
 
 
 class StackSamples:
