@@ -214,3 +214,26 @@ def test_sql_time_limit_stops_the_query(traces):
     assert stopped.is_error and "time limit of 1 s" in stopped.content[0].text
     assert seconds < 120  # the endless query would never end; loading the trace is the rest
     assert not after.is_error and after.structured_content["rows"] == [[2]]  # the server goes on
+
+
+def test_sudo_mode_lists_only_what_the_user_can_read(root, udir, monkeypatch):
+    """Under sudo the traces are opened as the invoking user: one in a
+    directory only root can enter is not listed."""
+    from helpers import SUDO_NOBODY
+    from timeline.identity import invoking_user
+    from timeline.mcp.paths import AllowedDirs, find_traces
+
+    private = os.path.join(udir, "private")
+    os.mkdir(private, 0o700)  # root's
+    for path in (os.path.join(udir, "mine.pftrace"), os.path.join(private, "hidden.pftrace")):
+        with open(SAMPLE_GPU, "rb") as src, open(path, "wb") as dst:
+            dst.write(src.read(4096))
+        os.chmod(path, 0o644)
+    for k, v in SUDO_NOBODY.items():
+        monkeypatch.setenv(k, v)
+    user = invoking_user()
+    assert user.sudo and user.uid != 0
+    got = find_traces(AllowedDirs([udir]), user=user)
+    assert [os.path.basename(t["path"]) for t in got["traces"]] == ["mine.pftrace"]
+    monkeypatch.delenv("SUDO_UID")
+    assert len(find_traces(AllowedDirs([udir]), user=invoking_user())["traces"]) == 2  # as root: both

@@ -61,17 +61,10 @@ def find_traces(allowed: AllowedDirs, directory: str | None = None, user=None) -
     `directory` (else every allowed directory), newest first, with their size,
     time and kind (from their first bytes).  Links are not followed."""
     tops = [allowed.resolve(directory)] if directory else allowed.roots
-    found, walked, cut = [], 0, False
-    for top in tops:
-        for d, subdirs, files in os.walk(top):  # followlinks=False: a linked directory is not entered
-            subdirs.sort()
-            walked += len(subdirs) + len(files)
-            found += [os.path.join(d, f) for f in sorted(files) if f.lower().endswith(TRACE_SUFFIXES)]
-            if walked > MAX_WALKED:
-                cut = True
-                break
+    found, cut = _walk(tops)
     rows = []
-    fds = safe_input.open_inputs(found, user)  # as the invoking user; a link is refused here
+    # opened as the invoking user (sudo mode): what they cannot read is left out; a link is refused here
+    fds = safe_input.open_inputs(found, user)
     for path, fd in zip(found, fds):
         if isinstance(fd, OSError):
             continue
@@ -87,6 +80,19 @@ def find_traces(allowed: AllowedDirs, directory: str | None = None, user=None) -
         del r["mtime"]
     return {"allowed": allowed.roots, "traces": rows[:MAX_LISTED], "count": len(rows),
             "truncated": cut or len(rows) > MAX_LISTED}
+
+
+def _walk(tops: list[str]) -> tuple[list[str], bool]:
+    """(the trace names under `tops`, whether the walk stopped early)."""
+    found, walked = [], 0
+    for top in tops:
+        for d, subdirs, files in os.walk(top):  # followlinks=False: a linked directory is not entered
+            subdirs.sort()
+            walked += len(subdirs) + len(files)
+            found += [os.path.join(d, f) for f in sorted(files) if f.lower().endswith(TRACE_SUFFIXES)]
+            if walked > MAX_WALKED or len(found) > MAX_LISTED * 4:
+                return found, True
+    return found, False
 
 
 def _kind(head: bytes) -> str:
