@@ -155,3 +155,61 @@ def test_without_the_sdk_the_command_says_how_to_install(tmp_path):
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == ["timeline: error: timeline mcp needs the MCP SDK: "
                                              "pip install 'timeline[mcp]' (or: pip install mcp)"]
+
+
+def _tools_and_diff_call(tmp_path, monkeypatch):
+    """(the tool names, what diff_traces handed the worker) of a server built
+    in-process, talked to by the SDK's in-memory client."""
+    import anyio
+    from mcp.client import Client
+
+    from timeline.mcp import server as srv
+
+    sent = []
+    monkeypatch.setattr(srv, "run_job", lambda *a: sent.append(a) or {"diff": "stand-in"})
+    (tmp_path / "a.pftrace").write_bytes(b"")
+    (tmp_path / "b.pftrace").write_bytes(b"")
+    server = srv.build_server(AllowedDirs([str(tmp_path)]))
+
+    async def go():
+        async with Client(server) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            if "diff_traces" in names:
+                await client.call_tool("diff_traces", {"baseline": "a.pftrace", "candidate": "b.pftrace"})
+            return names
+
+    return anyio.run(go), sent
+
+
+def test_diff_tool_appears_with_timeline_diff(tmp_path, monkeypatch):
+    pytest.importorskip("mcp")
+    monkeypatch.setitem(sys.modules, "timeline.diff", None)  # not importable
+    names, _ = _tools_and_diff_call(tmp_path, monkeypatch)
+    assert "diff_traces" not in names and "run_checks" in names
+    import types
+
+    monkeypatch.setitem(sys.modules, "timeline.diff", types.SimpleNamespace(compare=lambda b, c, **o: None))
+    names, sent = _tools_and_diff_call(tmp_path, monkeypatch)
+    assert "diff_traces" in names
+    (job, path, name, args, *_), = sent
+    assert (job, path, name) == ("diff", str(tmp_path / "a.pftrace"), "a.pftrace")
+    assert args["candidate"] == str(tmp_path / "b.pftrace") and args["candidate_name"] == "b.pftrace"
+
+
+def test_diff_job_returns_the_reports_json(monkeypatch):
+    import types
+
+    from timeline.mcp import jobs
+
+    calls = []
+
+    class Report:
+        def to_json(self):
+            return {"rows": [{"what": "step time", "change": 0.25}]}
+
+    monkeypatch.setitem(sys.modules, "timeline.diff", types.SimpleNamespace(
+        compare=lambda b, c, **options: calls.append((b, c, options)) or Report()))
+    got = jobs.diff("/t/base.pftrace", "base.pftrace", "/t/cand.pftrace", "cand.pftrace", {"bootstrap": 100})
+    assert calls == [("/t/base.pftrace", "/t/cand.pftrace", {"bootstrap": 100})]
+    assert got == {"baseline": "base.pftrace", "candidate": "cand.pftrace",
+                   "diff": {"rows": [{"what": "step time", "change": 0.25}]}}
