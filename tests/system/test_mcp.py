@@ -53,12 +53,16 @@ def traces(tmp_path_factory):
     rec = str(allowed / "contended.pftrace")
     r = timeline_cmd("record", "-q", "-e", "sched", "-o", rec, "--", sys.executable, "-c", CONTENDED, timeout=180)
     assert r.returncode == 0, r.stderr
+    ranks = str(allowed / "ranks.pftrace")  # two ranked processes (RANK in their environment)
+    r = timeline_cmd("record", "-q", "-e", "sched", "-o", ranks, "--", "sh", "-c",
+                     "RANK=0 WORLD_SIZE=2 sleep 0.3 & RANK=1 WORLD_SIZE=2 sleep 0.3; wait", timeout=180)
+    assert r.returncode == 0, r.stderr
     with open(SAMPLE_GPU, "rb") as src, open(allowed / "gpu.pftrace", "wb") as dst:
         dst.write(src.read())
     with open(SAMPLE_GPU, "rb") as src, open(outside / "secret.pftrace", "wb") as dst:
         dst.write(src.read())
     os.symlink(outside / "secret.pftrace", allowed / "link_out.pftrace")
-    return {"allowed": str(allowed), "outside": str(outside), "recorded": rec,
+    return {"allowed": str(allowed), "outside": str(outside), "recorded": rec, "ranks": ranks,
             "gpu": str(allowed / "gpu.pftrace"), "secret": str(outside / "secret.pftrace"),
             "link_out": str(allowed / "link_out.pftrace"), "errlog": str(base / "server-stderr.log")}
 
@@ -143,7 +147,7 @@ def test_paths_outside_and_links_leading_out_are_refused(traces):
     # listing the allowed directory shows its traces, not the link
     assert not lerr, listing
     names = {os.path.basename(t["path"]): t["kind"] for t in listing["traces"]}
-    assert names == {"contended.pftrace": "perfetto", "gpu.pftrace": "perfetto"}
+    assert names == {"contended.pftrace": "perfetto", "gpu.pftrace": "perfetto", "ranks.pftrace": "perfetto"}
 
 
 def test_summary_describe_and_top_agree_with_sql(traces):
@@ -177,6 +181,21 @@ def test_summary_describe_and_top_agree_with_sql(traces):
     launch = next(r for r in top["rows"] if r["name"] == "cudaLaunchKernel")
     assert not nerr and n["rows"] == [[launch["count"]]]
     assert not kerr and none["rows"] == [] and "no GPU kernels" in none["note"]
+
+
+def test_ranks_are_named_and_described(traces):
+    (err, summ), (derr, desc), (nerr, text) = calls(
+        traces, ("trace_summary", {"trace": traces["ranks"]}),
+        ("describe_thread", {"trace": traces["ranks"], "rank": 1}),
+        ("describe_thread", {"trace": traces["ranks"], "rank": 5}))
+    assert not err, summ
+    by_rank = {role: p["pid"] for p in summ["processes"]["listed"] for role in p["roles"] if role.startswith("rank")}
+    assert sorted(by_rank) == ["rank 0", "rank 1"]
+    assert not derr, desc
+    assert desc["thread"]["pid"] == by_rank["rank 1"] == desc["thread"]["tid"]
+    assert desc["thread"]["picked"] == "main thread of rank 1"
+    assert max(desc["states"], key=lambda s: s["ms"])["state"] == "sleeping"  # `sleep 0.3`
+    assert nerr and "no rank 5 in this trace (ranks: [0, 1])" in text
 
 
 def test_sql_is_read_only_and_limited(traces):
