@@ -15,7 +15,8 @@ from helpers import REPO
 from timeline.errors import UserError
 from timeline.mcp.paths import AllowedDirs, PathRefused, find_traces
 from timeline.mcp.readonly_sql import WritingSql, check_read_only, with_row_limit
-from timeline.mcp.worker import WorkerError, run_job
+from timeline.mcp import worker as workers_mod
+from timeline.mcp.worker import WorkerError, Workers
 
 SAMPLE = os.path.join(REPO, "sample_traces", "train_cpu.pftrace")
 
@@ -120,17 +121,50 @@ def test_listing_skips_links_and_tells_kinds(dirs):
         find_traces(a, "outdir")
 
 
-def test_worker_answers_and_reports_errors_in_one_line():
-    res = run_job("sql", SAMPLE, "given.pftrace", {"query": "select count(*) as n from sched", "max_rows": 5},
-                  "auto", None, limit_s=60)
+@pytest.fixture
+def workers():
+    w = Workers("auto", None)
+    yield w
+    w.close()
+
+
+def test_worker_answers_and_reports_errors_in_one_line(workers):
+    res = workers.run("sql", SAMPLE, "given.pftrace", {"query": "select count(*) as n from sched", "max_rows": 5},
+                      limit_s=60)
     assert res["columns"] == ["n"] and res["rows"][0][0] > 1000 and res["trace"] == "given.pftrace"
     with pytest.raises(WorkerError, match="does not exist"):
-        run_job("summary", SAMPLE + ".missing", "x", {}, "auto", None)
+        workers.run("summary", SAMPLE + ".missing", "x", {})
     with pytest.raises(WorkerError, match="no such table: nope") as e:
-        run_job("sql", SAMPLE, "x", {"query": "select * from nope", "max_rows": 5}, "auto", None, limit_s=60)
+        workers.run("sql", SAMPLE, "x", {"query": "select * from nope", "max_rows": 5}, limit_s=60)
     assert "\n" not in str(e.value)
     with pytest.raises(WorkerError, match="read-only"):  # the worker checks again where it runs
-        run_job("sql", SAMPLE, "x", {"query": "attach database '/tmp/x.db' as x", "max_rows": 5}, "auto", None)
+        workers.run("sql", SAMPLE, "x", {"query": "attach database '/tmp/x.db' as x", "max_rows": 5})
+
+
+def _pid(workers, path):
+    return workers._by_path[path].proc.pid
+
+
+def test_a_trace_stays_loaded_until_it_changes_or_times_out(workers, tmp_path, monkeypatch):
+    trace = tmp_path / "t.pftrace"
+    trace.write_bytes(open(SAMPLE, "rb").read())
+    path, q = str(trace), {"query": "select count(*) from thread", "max_rows": 5}
+    first = workers.run("sql", path, "t", q)
+    pid = _pid(workers, path)
+    assert workers.run("sql", path, "t", q) == first and _pid(workers, path) == pid  # the same process
+    os.utime(path, ns=(1, 1))  # the file changed: loaded again
+    assert workers.run("sql", path, "t", q) == first and _pid(workers, path) != pid
+    pid = _pid(workers, path)
+    endless = ("with recursive c(x) as (select 1 union all select x + 1 from c where x < 1000000000000) "
+               "select count(*) from c")
+    with pytest.raises(WorkerError, match="time limit of 0.5 s"):
+        workers.run("sql", path, "t", {"query": endless, "max_rows": 5}, limit_s=0.5)
+    assert path not in workers._by_path  # that process ended ...
+    assert workers.run("sql", path, "t", q) == first and _pid(workers, path) != pid  # ... and the next loads anew
+    # at most MAX_LOADED traces stay loaded: the least recently used goes
+    monkeypatch.setattr(workers_mod, "MAX_LOADED", 1)
+    workers.run("sql", SAMPLE, "s", q)
+    assert list(workers._by_path) == [SAMPLE]
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
@@ -166,7 +200,16 @@ def _tools_and_diff_call(tmp_path, monkeypatch):
     from timeline.mcp import server as srv
 
     sent = []
-    monkeypatch.setattr(srv, "run_job", lambda *a: sent.append(a) or {"diff": "stand-in"})
+
+    class StandIn:
+        def __init__(self, engine, tp_bin):
+            pass
+
+        def run_alone(self, *a):
+            sent.append(a)
+            return {"diff": "stand-in"}
+
+    monkeypatch.setattr(srv, "Workers", StandIn)
     (tmp_path / "a.pftrace").write_bytes(b"")
     (tmp_path / "b.pftrace").write_bytes(b"")
     server = srv.build_server(AllowedDirs([str(tmp_path)]))
@@ -191,9 +234,10 @@ def test_diff_tool_appears_with_timeline_diff(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "timeline.diff", types.SimpleNamespace(compare=lambda b, c, **o: None))
     names, sent = _tools_and_diff_call(tmp_path, monkeypatch)
     assert "diff_traces" in names
-    (job, path, name, args, *_), = sent
-    assert (job, path, name) == ("diff", str(tmp_path / "a.pftrace"), "a.pftrace")
-    assert args["candidate"] == str(tmp_path / "b.pftrace") and args["candidate_name"] == "b.pftrace"
+    (job, name, args), = sent
+    assert (job, name) == ("diff", "a.pftrace")
+    assert args == {"baseline": str(tmp_path / "a.pftrace"), "baseline_name": "a.pftrace",
+                    "candidate": str(tmp_path / "b.pftrace"), "candidate_name": "b.pftrace", "options": None}
 
 
 def test_diff_job_returns_the_reports_json(monkeypatch):

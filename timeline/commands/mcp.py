@@ -37,3 +37,5 @@ def mcp_cmd(allow, tp_config):
         server.run("stdio")
     except KeyboardInterrupt:
         pass
+    finally:
+        server.timeline_workers.close()

@@ -1,13 +1,15 @@
 """The jobs the worker runs on a loaded trace, one per tool: each takes the
-trace processor, the descriptor on the trace file, the request, and the
-tool's arguments, and returns JSON values."""
+trace processor, the descriptor on the trace file, its resolved path, its
+name as the agent gave it, and the tool's arguments, and returns JSON values.
+The same trace processor answers every call on the trace: the tables the
+checks make (_tl_*) stay, and are made again by the next run."""
 from __future__ import annotations
 
 from ..errors import UserError
 from . import queries
 
 
-def checks(tp, fd, req, only=None, params=None) -> dict:
+def checks(tp, fd, path, name, only=None, params=None) -> dict:
     """Exactly what `timeline check TRACE --format json` prints for one trace."""
     from ..checks import run_checks
     from ..checks.report import to_json
@@ -18,26 +20,26 @@ def checks(tp, fd, req, only=None, params=None) -> dict:
                                 [f"{k}={v}" for k, v in (params or {}).items()])
     try:
         # the file itself is read for completeness by its resolved path; the report names it as given
-        report = run_checks(tp, req["path"], only=ids, params=overrides)
+        report = run_checks(tp, path, only=ids, params=overrides)
     except TraceProcessorError as e:
         raise UserError(f"checks failed: {str(e).strip().splitlines()[0]}") from None
-    report.trace = req["name"]
+    report.trace = name
     return to_json(report)
 
 
-def summary(tp, fd, req) -> dict:
-    return {"trace": req["name"], **queries.summary(tp, fd)}
+def summary(tp, fd, path, name) -> dict:
+    return {"trace": name, **queries.summary(tp, fd)}
 
 
-def describe(tp, fd, req, tid=None, rank=None, start_s=None, end_s=None, top=10) -> dict:
-    return {"trace": req["name"], **queries.describe_thread(tp, tid, rank, start_s, end_s, top)}
+def describe(tp, fd, path, name, tid=None, rank=None, start_s=None, end_s=None, top=10) -> dict:
+    return {"trace": name, **queries.describe_thread(tp, tid, rank, start_s, end_s, top)}
 
 
-def top(tp, fd, req, what="cuda", limit=20, start_s=None, end_s=None, tid=None) -> dict:
-    return {"trace": req["name"], **queries.top(tp, what, limit, start_s, end_s, tid)}
+def top(tp, fd, path, name, what="cuda", limit=20, start_s=None, end_s=None, tid=None) -> dict:
+    return {"trace": name, **queries.top(tp, what, limit, start_s, end_s, tid)}
 
 
-def sql(tp, fd, req, query="", max_rows=1000) -> dict:
+def sql(tp, fd, path, name, query="", max_rows=1000) -> dict:
     """The last statement's rows, at most `max_rows` (the query was checked
     read-only by the server; checked again here, where it runs)."""
     import base64
@@ -48,7 +50,7 @@ def sql(tp, fd, req, query="", max_rows=1000) -> dict:
     check_read_only(query)
     res = tp.query(with_row_limit(query, max_rows + 1))
     rows = [[base64.b64encode(v).decode() if isinstance(v, bytes) else v for v in r] for r in res.rows]
-    return {"trace": req["name"], "columns": res.columns, "rows": rows[:max_rows], "row_count": min(len(rows), max_rows),
+    return {"trace": name, "columns": res.columns, "rows": rows[:max_rows], "row_count": min(len(rows), max_rows),
             "truncated": len(rows) > max_rows, "incomplete": completeness_problem(tp, fd=fd)}
 
 

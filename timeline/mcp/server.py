@@ -16,12 +16,11 @@ from .. import __version__
 from ..errors import UserError
 from .paths import AllowedDirs, find_traces
 from .readonly_sql import WritingSql, check_read_only
-from .worker import WorkerError, run_job
+from .worker import WorkerError, Workers
 
 SQL_TIMEOUT_S = 30.0
 MAX_SQL_TIMEOUT_S = 600.0
 MAX_ROWS = 10_000
-MAX_WORKERS = 2  # traces loaded at once (each engine may take GiBs)
 
 INSTRUCTIONS = """\
 timeline records Python ML training (CPU scheduling, CUDA calls, GPU kernels, DataLoader, I/O,
@@ -36,11 +35,9 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 
 
 def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[str] = None) -> MCPServer:
-    import threading
-
     # WARNING: the SDK logs every call at INFO on stderr, which MCP clients show as noise
     server = MCPServer("timeline", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
-    slots = threading.BoundedSemaphore(MAX_WORKERS)
+    workers = Workers(engine, tp_bin)
 
     def resolve(path: str) -> str:
         try:
@@ -50,11 +47,10 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
 
     def job(name: str, trace: str, args: dict, limit_s=None) -> dict:
         real = resolve(trace)
-        with slots:
-            try:
-                return run_job(name, real, trace, args, engine, tp_bin, limit_s)
-            except WorkerError as e:
-                raise ToolError(str(e)) from None
+        try:
+            return workers.run(name, real, trace, args, limit_s)
+        except WorkerError as e:
+            raise ToolError(str(e)) from None
 
     def tool(fn):
         return server.tool(annotations=READ_ONLY)(fn)
@@ -157,14 +153,14 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
             time, main-thread states, CUDA calls and kernels, and check findings side by side,
             each change with its significance, biggest impact on step time first. Use it to
             answer "why is this run slower than that one". options: passed to timeline's diff."""
-            b, c = resolve(baseline), resolve(candidate)
-            with slots:
-                try:
-                    return run_job("diff", b, baseline, {"candidate": c, "candidate_name": candidate,
-                                                         "options": options}, engine, tp_bin)
-                except WorkerError as e:
-                    raise ToolError(str(e)) from None
+            args = {"baseline": resolve(baseline), "baseline_name": baseline, "candidate": resolve(candidate),
+                    "candidate_name": candidate, "options": options}
+            try:
+                return workers.run_alone("diff", baseline, args)
+            except WorkerError as e:
+                raise ToolError(str(e)) from None
 
+    server.timeline_workers = workers  # `timeline mcp` lets the loaded traces go when it ends
     return server
 
 
