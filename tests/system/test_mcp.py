@@ -23,7 +23,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 SAMPLE_GPU = os.path.join(REPO, "sample_traces", "train_gpu.pftrace")
 
 # The main thread spins on CPU 0 while two child processes spin there too:
-# cpu_contention has something to say, most other checks say ok or n/a.
+# cpu_contention has something to say, most other checks say ok or n/a; its
+# Python samples (pystack) are in spin().
 CONTENDED = textwrap.dedent("""
     import os, time
     os.sched_setaffinity(0, {0})
@@ -51,7 +52,8 @@ def traces(tmp_path_factory):
     allowed.mkdir()
     outside.mkdir()
     rec = str(allowed / "contended.pftrace")
-    r = timeline_cmd("record", "-q", "-e", "sched", "-o", rec, "--", sys.executable, "-c", CONTENDED, timeout=180)
+    r = timeline_cmd("record", "-q", "-e", "sched,pystack", "--py-sample-hz", "499", "-o", rec, "--",
+                     sys.executable, "-c", CONTENDED, timeout=180)
     assert r.returncode == 0, r.stderr
     ranks = str(allowed / "ranks.pftrace")  # two ranked processes (RANK in their environment)
     r = timeline_cmd("record", "-q", "-e", "sched", "-o", ranks, "--", "sh", "-c",
@@ -152,11 +154,11 @@ def test_paths_outside_and_links_leading_out_are_refused(traces):
 
 def test_summary_describe_and_top_agree_with_sql(traces):
     rec, gpu = traces["recorded"], traces["gpu"]
-    (err, summ), (derr, desc), (terr, top), (nerr, n), (kerr, none) = calls(
+    (err, summ), (derr, desc), (terr, top), (nerr, n), (kerr, none), (perr, py) = calls(
         traces, ("trace_summary", {"trace": rec}), ("describe_thread", {"trace": rec}),
         ("top_calls", {"trace": gpu, "what": "cuda", "limit": 5}),
         ("sql", {"trace": gpu, "query": "select count(*) from slice where category = 'cuda' and name = 'cudaLaunchKernel'"}),
-        ("top_calls", {"trace": rec, "what": "kernels"}))
+        ("top_calls", {"trace": rec, "what": "kernels"}), ("top_calls", {"trace": rec, "what": "python"}))
     assert not err, summ
     assert "sched_setaffinity" in summ["command"]
     assert summ["complete"] is True and summ["families"]["sched"] is True
@@ -181,6 +183,10 @@ def test_summary_describe_and_top_agree_with_sql(traces):
     launch = next(r for r in top["rows"] if r["name"] == "cudaLaunchKernel")
     assert not nerr and n["rows"] == [[launch["count"]]]
     assert not kerr and none["rows"] == [] and "no GPU kernels" in none["note"]
+    assert not perr, py
+    assert py["thread"]["tid"] == main["tid"] and py["samples"] > 0
+    assert py["rows"][0]["function"] == "spin" and py["rows"][0]["file"] == "<string>"  # python -c
+    assert py["rows"][0]["self_samples"] == max(r["self_samples"] for r in py["rows"])
 
 
 def test_ranks_are_named_and_described(traces):

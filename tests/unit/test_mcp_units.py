@@ -257,3 +257,18 @@ def test_diff_job_returns_the_reports_json(monkeypatch):
     assert calls == [("/t/base.pftrace", "/t/cand.pftrace", {"bootstrap": 100})]
     assert got == {"baseline": "base.pftrace", "candidate": "cand.pftrace",
                    "diff": {"rows": [{"what": "step time", "change": 0.25}]}}
+
+
+def test_checks_on_a_trace_kept_loaded_do_not_change(workers):
+    """The calls share one loaded trace: the tables other calls made (and an
+    INCLUDEd module) leave the checks' findings as they were."""
+    first = workers.run("checks", SAMPLE, "s", {})
+    for job, args in (("summary", {}), ("describe", {"start_s": 1, "end_s": 2}), ("top", {"what": "cuda"}),
+                      ("sql", {"query": "include perfetto module slices.with_context; "
+                                        "select count(*) from thread_slice", "max_rows": 5})):
+        workers.run(job, SAMPLE, "s", args)
+    again = workers.run("checks", SAMPLE, "s", {})
+    for doc in (first, again):
+        for c in doc["checks"]:
+            c.pop("seconds")
+    assert again == first and any(c["status"] == "ok" for c in first["checks"])

@@ -256,18 +256,29 @@ def _python(tp, families, win, lo, hi, thread, limit) -> dict:
         select ps.id, ps.callsite_id from perf_sample ps
         where ps.utid = {int(thread['utid'])} and ps.callsite_id is not null and ps.ts >= {lo} and ps.ts < {hi}""")
     n = _one(tp, "select count(*) as n from _tl_mcp_py")["n"]
+    # a frame is "function (file:line)": a function is its name and file, and counts once per sample
     rows = tp.query(f"""
         with frames as (
           select s.id as sid, 1 as leaf, f.name from _tl_mcp_py s
             join stack_profile_callsite c on c.id = s.callsite_id join stack_profile_frame f on f.id = c.frame_id
           union all
           select s.id, 0, f.name from _tl_mcp_py s, experimental_ancestor_stack_profile_callsite(s.callsite_id) a
-            join stack_profile_frame f on f.id = a.frame_id)
-        select name, sum(leaf) as self, count(distinct sid) as total from frames
-        group by name order by self desc, total desc limit {int(limit)}""").as_dicts()
+            join stack_profile_frame f on f.id = a.frame_id),
+        split as (
+          select sid, leaf, name, iif(instr(name, ' (') > 0, substr(name, 1, instr(name, ' (') - 1), name) as fn,
+            iif(instr(name, ' (') > 0, rtrim(substr(name, instr(name, ' (') + 2), ')'), '') as at from frames),
+        parts as (
+          select sid, leaf, fn, iif(instr(at, ':') > 0, substr(at, 1, instr(at, ':') - 1), at) as file,
+            iif(instr(at, ':') > 0, cast(substr(at, instr(at, ':') + 1) as int), null) as line from split)
+        select fn, file, sum(leaf) as self, count(distinct sid) as total,
+          (select p2.line from parts p2 where p2.fn = p.fn and p2.file = p.file and p2.leaf = 1
+           group by p2.line order by count(*) desc limit 1) as hot_line
+        from parts p group by fn, file order by self desc, total desc limit {int(limit)}""").as_dicts()
     return {"what": "python", "window": win, "thread": _public(thread), "samples": n,
-            "rows": [{"function": r["name"], "self_samples": r["self"], "total_samples": r["total"],
+            "rows": [{"function": r["fn"], "file": r["file"], "hottest_line": r["hot_line"],
+                      "self_samples": r["self"], "total_samples": r["total"],
                       "self_share": round(r["self"] / n, 4) if n else None,
                       "total_share": round(r["total"] / n, 4) if n else None} for r in rows],
-            "note": "CPU samples of the thread's Python stacks; self: in the function itself, total: anywhere on "
-                    "the stack; a frame is 'function (file:line)'"}
+            "note": "CPU samples of the thread's Python stacks, by function (name and file); self: in the "
+                    "function itself, total: anywhere on the stack (once per sample); hottest_line: where most of "
+                    "its self samples were"}

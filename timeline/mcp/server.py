@@ -21,6 +21,7 @@ from .worker import WorkerError, Workers
 SQL_TIMEOUT_S = 30.0
 MAX_SQL_TIMEOUT_S = 600.0
 MAX_ROWS = 10_000
+MAX_SQL_CHARS = 1 << 20
 
 INSTRUCTIONS = """\
 timeline records Python ML training (CPU scheduling, CUDA calls, GPU kernels, DataLoader, I/O,
@@ -136,6 +137,8 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
         at most max_rows (<= 10000; truncated says if there were more), and the query is stopped
         after timeout_s seconds (default 30). Returns {columns, rows, row_count, truncated,
         incomplete}. Use it when no other tool answers the question."""
+        if len(query) > MAX_SQL_CHARS:
+            raise ToolError(f"the query is longer than {MAX_SQL_CHARS:,} characters")
         try:
             check_read_only(query)
         except WritingSql as e:
