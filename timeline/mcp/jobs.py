@@ -35,7 +35,7 @@ def describe(tp, fd, path, name, tid=None, rank=None, start_s=None, end_s=None, 
     return {"trace": name, **queries.describe_thread(tp, tid, rank, start_s, end_s, top)}
 
 
-def top(tp, fd, path, name, what="cuda", limit=20, start_s=None, end_s=None, tid=None) -> dict:
+def top(tp, fd, path, name, what, limit=20, start_s=None, end_s=None, tid=None) -> dict:
     return {"trace": name, **queries.top(tp, what, limit, start_s, end_s, tid)}
 
 

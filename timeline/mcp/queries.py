@@ -5,6 +5,7 @@ Python functions.  Plain dicts of JSON values; times in ns and ms, and
 gives them)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from ..checks.runner import detect_families, prelude_sql
@@ -16,7 +17,35 @@ STATE_NAMES = {"Running": "running", "R": "runnable", "R+": "runnable (preempted
                "D": "uninterruptible sleep (disk/driver wait)", "DK": "uninterruptible sleep (killable)",
                "I": "idle (kernel thread)", "T": "stopped", "t": "traced", "X": "dead", "Z": "zombie",
                "W": "waking", "P": "parked", "N": "no load"}
-CUDA_CATEGORIES = ("cuda", "cuda_driver", "nccl")
+
+
+@dataclass(frozen=True)
+class TopKind:
+    """What top_calls ranks: rows of one kind of data (a family's, by its check data name)."""
+    data: str                # the data it needs (detect_families)
+    missing: str             # the note when the trace lacks it
+    note: str                # what the rows are
+    per_thread: bool         # tid narrows it to one thread
+    source: str = ""         # SQL giving (name, dur) in the window {lo}..{hi}, {who}: the thread's condition
+
+
+# The one place these tools name families' data (tests/unit/test_family_registry.py allows it).
+TOP_KINDS = {
+    "cuda": TopKind("cuda", "no CUDA calls recorded in this trace",
+                    "CPU time of the API calls (runtime, driver, NCCL), by function, most total time first", True,
+                    """select replace(replace(s.name, '_ptsz', ''), '_ptds', '') as name, s.dur from slice s
+                       join thread_track tt on s.track_id = tt.id
+                       where s.category in ('cuda', 'cuda_driver', 'nccl') and s.ts >= {lo} and s.ts < {hi}
+                         and s.dur >= 0 {who}"""),
+    "kernels": TopKind("gpu", "no GPU kernels in this trace (record with -e ...,gpu)",
+                       "GPU execution time of the kernels, by name, most total time first", False,
+                       """select s.name, s.dur from slice s
+                          where s.category = 'gpu_kernel' and s.ts >= {lo} and s.ts < {hi} and s.dur >= 0"""),
+    "python": TopKind("pystack", "no Python stack samples in this trace (record with -e ...,pystack)",
+                      "CPU samples of the thread's Python stacks, by function (name and file); self: in the "
+                      "function itself, total: anywhere on the stack (once per sample); hottest_line: where most "
+                      "of its self samples were", True),
+}
 
 
 def _one(tp, sql: str) -> dict:
@@ -209,48 +238,32 @@ def _us(ns) -> Optional[float]:
 
 
 def top(tp, what: str, limit: int = 20, start_s=None, end_s=None, tid=None) -> dict:
-    """The CUDA API calls, GPU kernels or Python functions with the most time
-    in the window (tid: only that thread's, for cuda and python)."""
+    """The rows of TOP_KINDS[what] with the most time in the window (tid:
+    only that thread's, where the kind is per thread)."""
+    kind = TOP_KINDS.get(what)
+    if kind is None:
+        raise ValueError(f"what must be one of {', '.join(TOP_KINDS)}, not {what!r}")
     families = detect_families(tp)
     tp.query(prelude_sql())
     lo, hi = window(tp, start_s, end_s)
     t0, _ = bounds(tp)
-    win = {"start_s": round((lo - t0) / 1e9, 6), "end_s": round((hi - t0) / 1e9, 6)}
-    thread = None
-    if tid is not None:
-        thread = pick_thread(tp, tid, None)
-    if what == "cuda":
-        if not families.get("cuda"):
-            return {"what": what, "window": win, "rows": [], "note": "no CUDA calls recorded in this trace"}
+    out = {"what": what, "window": {"start_s": round((lo - t0) / 1e9, 6), "end_s": round((hi - t0) / 1e9, 6)}}
+    if not families.get(kind.data):
+        return {**out, "rows": [], "note": kind.missing}
+    thread = pick_thread(tp, tid, None) if tid is not None and kind.per_thread else None
+    if kind.source:
         who = f"and tt.utid = {int(thread['utid'])}" if thread else ""
-        cats = ", ".join(f"'{c}'" for c in CUDA_CATEGORIES)
-        src = f"""select replace(replace(s.name, '_ptsz', ''), '_ptds', '') as name, s.dur from slice s
-                  join thread_track tt on s.track_id = tt.id
-                  where s.category in ({cats}) and s.ts >= {lo} and s.ts < {hi} and s.dur >= 0 {who}"""
-        return {"what": what, "window": win, "thread": _public(thread), "rows": _durations(tp, src, limit),
-                "note": "CPU time of the API calls (runtime, driver, NCCL), by function, most total time first"}
-    if what == "kernels":
-        if not families.get("gpu"):
-            return {"what": what, "window": win, "rows": [],
-                    "note": "no GPU kernels in this trace (record with -e ...,gpu)"}
-        src = f"select name, dur from slice where category = 'gpu_kernel' and ts >= {lo} and ts < {hi} and dur >= 0"
-        return {"what": what, "window": win, "rows": _durations(tp, src, limit),
-                "note": "GPU execution time of the kernels, by name, most total time first"}
-    if what == "python":
-        return _python(tp, families, win, lo, hi, thread, limit)
-    raise ValueError(f"what must be 'cuda', 'kernels' or 'python', not {what!r}")
+        rows = _durations(tp, kind.source.format(lo=lo, hi=hi, who=who), limit)
+        return {**out, "thread": _public(thread), "rows": rows, "note": kind.note}
+    return {**out, **_samples(tp, lo, hi, thread or pick_thread(tp, None, None), limit), "note": kind.note}
 
 
 def _public(thread: Optional[dict]) -> Optional[dict]:
     return None if thread is None else {k: v for k, v in thread.items() if k != "utid"}
 
 
-def _python(tp, families, win, lo, hi, thread, limit) -> dict:
-    if not families.get("pystack"):
-        return {"what": "python", "window": win, "rows": [],
-                "note": "no Python stack samples in this trace (record with -e ...,pystack)"}
-    if thread is None:
-        thread = pick_thread(tp, None, None)
+def _samples(tp, lo, hi, thread, limit) -> dict:
+    """The thread's stack samples in the window, by function."""
     tp.query(f"""
         create or replace perfetto table _tl_mcp_py as
         select ps.id, ps.callsite_id from perf_sample ps
@@ -274,11 +287,8 @@ def _python(tp, families, win, lo, hi, thread, limit) -> dict:
           (select p2.line from parts p2 where p2.fn = p.fn and p2.file = p.file and p2.leaf = 1
            group by p2.line order by count(*) desc limit 1) as hot_line
         from parts p group by fn, file order by self desc, total desc limit {int(limit)}""").as_dicts()
-    return {"what": "python", "window": win, "thread": _public(thread), "samples": n,
+    return {"thread": _public(thread), "samples": n,
             "rows": [{"function": r["fn"], "file": r["file"], "hottest_line": r["hot_line"],
                       "self_samples": r["self"], "total_samples": r["total"],
                       "self_share": round(r["self"] / n, 4) if n else None,
-                      "total_share": round(r["total"] / n, 4) if n else None} for r in rows],
-            "note": "CPU samples of the thread's Python stacks, by function (name and file); self: in the "
-                    "function itself, total: anywhere on the stack (once per sample); hottest_line: where most of "
-                    "its self samples were"}
+                      "total_share": round(r["total"] / n, 4) if n else None} for r in rows]}

@@ -15,6 +15,7 @@ from mcp_types import ToolAnnotations
 from .. import __version__
 from ..errors import UserError
 from .paths import AllowedDirs, find_traces
+from .queries import TOP_KINDS
 from .readonly_sql import WritingSql, check_read_only
 from .worker import WorkerError, Workers
 
@@ -115,7 +116,7 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
                                         "top": max(1, min(top, 100))})
 
     @tool
-    def top_calls(trace: str, what: str = "cuda", limit: int = 20, start_s: Optional[float] = None,
+    def top_calls(trace: str, what: str, limit: int = 20, start_s: Optional[float] = None,
                   end_s: Optional[float] = None, tid: Optional[int] = None) -> dict[str, Any]:
         """The most expensive items of one kind, most time first. what: 'cuda' (CUDA runtime /
         driver / NCCL API calls on the CPU: count, total ms, median/p90/max us), 'kernels' (GPU
@@ -123,8 +124,8 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
         samples of a thread, self and total; needs the pystack family; default thread: the main
         training thread). tid: only this thread (cuda, python). start_s/end_s: a window in seconds
         from the trace's start."""
-        if what not in ("cuda", "kernels", "python"):
-            raise ToolError(f"what must be 'cuda', 'kernels' or 'python', not {what!r}")
+        if what not in TOP_KINDS:
+            raise ToolError(f"what must be one of {', '.join(TOP_KINDS)}, not {what!r}")
         return job("top", trace, {"what": what, "limit": max(1, min(limit, 1000)), "start_s": start_s,
                                    "end_s": end_s, "tid": tid})
 
