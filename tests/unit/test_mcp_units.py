@@ -189,6 +189,12 @@ def test_without_the_sdk_the_command_says_how_to_install(tmp_path):
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == ["timeline: error: timeline mcp needs the MCP SDK: "
                                              "pip install 'timeline[mcp]' (or: pip install mcp)"]
+    # an SDK without MCPServer (mcp 1.x called it FastMCP): the line says which version is needed
+    (fake / "__init__.py").write_text("")
+    r = subprocess.run([sys.executable, "-m", "timeline.cli", "mcp"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r
+    assert "timeline mcp needs mcp >= 2" in r.stderr and "pip install -U 'timeline[mcp]'" in r.stderr
 
 
 def _tools_and_diff_call(tmp_path, monkeypatch):

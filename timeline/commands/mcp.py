@@ -9,6 +9,19 @@ from .query import engine_options
 INSTALL_HINT = "timeline mcp needs the MCP SDK: pip install 'timeline[mcp]' (or: pip install mcp)"
 
 
+def _missing() -> str:
+    """The one line for an SDK that is absent, or older than 2 (FastMCP, since renamed MCPServer)."""
+    import importlib
+    from importlib import metadata
+
+    try:
+        importlib.import_module("mcp")
+        version = metadata.version("mcp")
+    except (ImportError, metadata.PackageNotFoundError):
+        return INSTALL_HINT
+    return f"timeline mcp needs mcp >= 2 (this is mcp {version}): pip install -U 'timeline[mcp]'"
+
+
 @click.command("mcp")
 @click.option("--allow", "allow", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
               help="A directory whose traces the tools may read (repeatable; default: the current directory). "
@@ -27,7 +40,7 @@ def mcp_cmd(allow, tp_config):
     try:
         importlib.import_module("mcp.server.mcpserver")
     except ImportError:
-        raise UserError(INSTALL_HINT) from None
+        raise UserError(_missing()) from None
     from ..mcp.paths import AllowedDirs
     from ..mcp.server import build_server
 
