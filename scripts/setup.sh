@@ -76,11 +76,11 @@ VPY=$VENV/bin/python
 # An install is redone when the package's metadata or this script changed.
 stamp=$VENV/.timeline-installed
 if [[ ! -e $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp || scripts/setup.sh -nt $stamp ]]; then
-    say "pip install -e .[test] into $VENV (also builds the BPF objects)"
+    say "pip install -e .[test,mcp] into $VENV (also builds the BPF objects)"
     # pip reads its configuration (index, find-links) from /etc/pip.conf,
     # /etc/xdg/pip and ~/.config/pip, so a local index is used under sudo too.
     "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip 'setuptools>=77'
-    "$VPY" -m pip install -q --disable-pip-version-check -e '.[test]'
+    "$VPY" -m pip install -q --disable-pip-version-check -e '.[test,mcp]'
     if ! "$VPY" -c 'import torch' >/dev/null 2>&1; then
         say "pip install $TORCH_SPEC (for the bundled example)"
         "$VPY" -m pip install -q --disable-pip-version-check ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} "$TORCH_SPEC"

@@ -61,13 +61,14 @@ def _register():
 
     main.add_command(record.record)
     main.add_command(convert.convert_cmd)
-    from .commands import check, doctor, merge, query, view
+    from .commands import check, doctor, mcp, merge, query, view
 
     main.add_command(query.query)
     main.add_command(check.check)
     main.add_command(view.view)
     main.add_command(doctor.doctor)
     main.add_command(merge.merge_cmd)
+    main.add_command(mcp.mcp_cmd)
 
 
 _register()

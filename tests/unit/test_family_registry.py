@@ -167,6 +167,8 @@ ALLOWED = {
     # the catalog's checks name the check data they need, and their ids: data
     # the families provide (Family.check_data; test_hook_names_are_claimed_once)
     ("timeline/checks/catalog.py", "CATALOG"),
+    # timeline mcp's top_calls ranks the families' calls, kernels and samples: one table of them
+    ("timeline/mcp/queries.py", "TOP_KINDS"),
     # build tooling: compiles the gpu family's injection library (python -m timeline.bpf.build)
     ("timeline/bpf/build_inject.py", ""),
 }
