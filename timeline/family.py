@@ -104,6 +104,8 @@ class Family:
     prepare: str = ""                       # "module:function"(BPFObject) called before load
     default_on: bool = True                 # in `-e`'s default (where `supported()` holds)
     always_on: bool = False                 # proc: the process tree every recording needs (never cut by a window)
+    main_activity: bool = False             # the work a user opens a trace for (CUDA, GPU): `view SET` opens
+                                            # the first chunk busy with it
     requires: str = ""                      # what `supported()` needs, for docs and messages
     supported: Callable[[], bool] = lambda: True  # can this kernel run it?
     options: type | None = None             # a dataclass of its `record` options (see option())

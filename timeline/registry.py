@@ -40,6 +40,8 @@ FAMILY_LIST: tuple[Family, ...] = (PROC, SCHED, IOCTL, BLOCK, COUNTERS, CUDA, GP
                                    *_extra_families())
 
 FAMILIES: dict[str, Family] = {f.name: f for f in FAMILY_LIST}
+# families whose events make a trace set's chunk the one `view` opens first
+MAIN_ACTIVITY: tuple[str, ...] = tuple(f.name for f in FAMILY_LIST if f.main_activity)
 # Families on unless `-e` says otherwise: default_on, and the kernel can run them.
 DEFAULT_EVENTS: tuple[str, ...] = tuple(f.name for f in FAMILY_LIST
                                         if f.default_on and not f.always_on and f.supported())

@@ -42,6 +42,7 @@ import re
 import numpy as np
 
 from ..errors import UserError
+from ..registry import MAIN_ACTIVITY
 from .interface import Column, TrackSink
 from .model import IDLE_TID, OUTSIDE_TID, STATE_RUNNABLE, DEFAULT_PRIO, CpuSched, LogModel
 
@@ -555,17 +556,14 @@ def chunk_at(idx: dict, seconds: float) -> int:
     return max(0, min(len(chunks) - 1, int(np.searchsorted(starts, t, "right")) - 1))
 
 
-MAIN_FAMILIES = ("gpu", "cuda", "nccl", "nvtx")
-
-
 def main_chunk(idx: dict) -> int:
-    """The first chunk with the main activity: the first with at least half the GPU/CUDA/NCCL/NVTX
-    events of the busiest chunk in those, or where no chunk has any, in all events."""
+    """The first chunk with the main activity: the first with at least half the events of the
+    busiest chunk in the MAIN_ACTIVITY families (CUDA, GPU), or where no chunk has any, in all events."""
     chunks = idx["chunks"]
 
     def main(c) -> int:
         fe = c.get("family_events") if isinstance(c.get("family_events"), dict) else {}
-        return sum(int(v) for k, v in fe.items() if k in MAIN_FAMILIES and isinstance(v, int))
+        return sum(int(v) for k, v in fe.items() if k in MAIN_ACTIVITY and isinstance(v, int))
     score = [main(c) for c in chunks]
     if not any(score):
         score = [int(c.get("events") or 0) if isinstance(c.get("events"), int) else 0 for c in chunks]

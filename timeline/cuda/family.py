@@ -43,6 +43,7 @@ class CudaOptions:
 
 
 CUDA = Family(
+    main_activity=True,
     name="cuda",
     help="CUDA runtime/driver and NCCL calls (uprobes; Linux >= 5.15)",
     rings=(Ring(records.RING_CUDA, records.CUDA_EVENT, "tl_cuda_event", records.CudaKind, "cuda_ring", 16 * MIB,

@@ -12,6 +12,7 @@ from ..family import CaptureRange, CheckData, Family, Ring
 from . import records
 
 GPU = Family(
+    main_activity=True,
     name="gpu",
     help="GPU kernels, copies and NVTX ranges (CUPTI injection; launched commands only)",
     # CUPTI records are timed by their start (and run on no CPU of ours)
