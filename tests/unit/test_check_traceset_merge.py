@@ -18,7 +18,7 @@ from timeline.identity import invoking_user
 from timeline.trace_processor import TraceProcessorConfig, open_trace
 
 MS = 1_000_000
-MERGED = ["cuda_errors", "cuda_graphs", "block_io", "cgroup_limits"]
+MERGED = ["cuda_errors", "cuda_graphs", "block_io", "cgroup_limits", "memory_pressure"]
 TRACKS = [("main", dict(pid=PID, tid=TID, thread_name="python3")),
           ("loader", dict(pid=PID, tid=TID + 7, thread_name="loader")),
           ("disk", dict(name="nvme0n1")), ("disk2", dict(name="sda")), ("disk3", dict(name="sdb")), ("disk4", dict(name="sdc"))]
@@ -54,6 +54,9 @@ def slices():
     # an instantiation across the 250 ms boundary
     out.append(("loader", BOOT0 + 249 * MS, 3 * MS, "cudaGraphInstantiate", "cuda", {"ret": 0, "exec": 900}))
     out.append(("loader", BOOT0 + 600 * MS, MS, "cudaGraphLaunch", "cuda", {"ret": 0, "exec": 900}))
+    for i in range(40):  # reclaim stalls on the loader thread, one across the 750 ms boundary
+        out.append(("loader", BOOT0 + 700 * MS + i * 6 * MS, 2 * MS if i != 8 else 4 * MS, "direct reclaim",
+                    "memory", {"major_faults": i}))
     return out
 
 
@@ -87,6 +90,8 @@ def test_the_scenario_is_seen(reports):
     assert "301 requests" in dev["259:0"]["finding"] and dev["259:0"]["evidence"]["max_ms"] == 70.0
     assert "loader (tid" in dev["259:0"]["finding"]
     assert got["cgroup_limits"]["status"] == "not recorded"
+    mp = got["memory_pressure"]["findings"][0]
+    assert mp["evidence"]["stalls"] == 40 and "longest 4.00 ms" in mp["finding"]
 
 
 def test_sketch_percentiles(reports):
