@@ -81,11 +81,15 @@ def _check_loaded(path: str, fd: int, tp_config, ids, params) -> dict:
         return {"trace": path, "error": f"checks failed: {str(e).splitlines()[0]}" + (f"; {cut}" if cut else "")}
 
 
-def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | None = None) -> list[dict]:
-    """Every trace's report (or error), checked in a pool of forked workers.
-    tp_config: trace_processor.TraceProcessorConfig; user: identity.InvokingUser,
-    whom the traces are opened as."""
-    return run_pool(_one, [(p, tp_config, user, ids, params) for p in paths], workers)
+def run_fleet(paths: list[str], tp_config, user, ids, params, workers: int | None = None,
+              executor=None) -> list[dict]:
+    """Every trace's report (or error), checked in a pool of forked workers
+    (or on the executors.Executor given). tp_config:
+    trace_processor.TraceProcessorConfig; user: identity.InvokingUser, whom the
+    traces are opened as."""
+    from .executors import LOCAL, run_jobs
+
+    return run_jobs(_one, [(p, tp_config, user, ids, params) for p in paths], workers, executor or LOCAL)
 
 
 def run_pool(fn, jobs: list, workers: int | None = None) -> list:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
@@ -147,14 +148,33 @@ def run_check(tp, check: Check, families: dict[str, bool], params: dict[str, flo
         missing = " or ".join(FAMILY_HELP[f] for f in check.families)
         return CheckResult(check, "not recorded", [], params, note=f"no {missing} in this trace")
     t0 = time.perf_counter()
+    sql = render_sql(check, params)
     try:
-        rows = tp.query(render_sql(check, params)).as_dicts()
+        rows = _run_sql(tp, sql)
     except TraceProcessorError as e:
         return CheckResult(check, "failed", [], params, time.perf_counter() - t0, error=str(e))
+    except sqlite3.Error as e:
+        return CheckResult(check, "failed", [], params, time.perf_counter() - t0, error=f"reducing: {e}")
     findings = [_to_finding(r) for r in rows]
     # Worst first; keep the SQL's order inside one severity.
     findings.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
     return CheckResult(check, _status(findings), findings, params, time.perf_counter() - t0)
+
+
+def _run_sql(tp, sql: str) -> list[dict]:
+    """A check's rows. A check in map-reduce form (a `-- @reduce TABLE` line)
+    runs its map part here and its reduce part in SQLite on the partial rows,
+    exactly as over a trace set's chunks (traceset.py): one engine formats the
+    numbers either way, so whole and split findings are the same text."""
+    from .traceset import reduce_rows, split_sql
+
+    parts = split_sql(sql)
+    if parts is None:
+        return tp.query(sql).as_dicts()
+    map_sql, table, reduce_sql = parts
+    tp.query(map_sql)
+    res = tp.query(f"select * from {table}")
+    return reduce_rows(reduce_sql, table, res.columns, [tuple(r) for r in res.rows])
 
 
 def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,

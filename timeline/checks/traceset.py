@@ -170,17 +170,33 @@ def _limit_memory() -> None:
 NOT_MERGED = "not merged across chunks yet: its findings are per chunk"
 
 
-def check_set(path: str, tp_config, user, ids=None, params=None, workers: Optional[int] = None):
-    """The checks on every chunk of the set at `path`, merged into one runner.Report."""
-    from .fleet import run_pool
+def check_set(path: str, tp_config, user, ids=None, params=None, workers: Optional[int] = None, executor=None):
+    """The checks on every chunk of the set at `path`, merged into one
+    runner.Report; the chunks run on `executor` (executors.Executor: the
+    local pool by default, or a Ray cluster)."""
+    from .executors import LOCAL, run_jobs
 
     chunks = read_index(path, user)
     jobs = [(c, i, tp_config, ids, params) for i, c in enumerate(chunks)]
-    return merge(path, chunks, run_pool(check_chunk, jobs, workers), ids, params)
+    return merge(path, chunks, run_jobs(check_chunk, jobs, workers, executor or LOCAL), ids, params)
 
 
 def _span(chunk: dict, t0: int) -> str:
     return f"{(chunk['start_ns'] - t0) / 1e9:+.1f}..{(chunk['end_ns'] - t0) / 1e9:+.1f} s"
+
+
+def _chunk_list(idx: list[int], total: int) -> str:
+    """'every chunk', or 'chunks 1-3, 5 of 7' (0-based idx in, 1-based out)."""
+    if len(idx) == total:
+        return f"every chunk ({total})"
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    parts = [f"{a + 1}" if a == b else f"{a + 1}-{b + 1}" for a, b in runs]
+    return f"chunks {', '.join(parts)} of {total}"
 
 
 def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None):
@@ -223,13 +239,18 @@ def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None
             results.append(CheckResult(check, "not recorded", [], p, note=note))
             continue
         found, errors = [], []
+        same: dict[tuple, list] = {}  # one finding said alike by several chunks (an n/a reason) is listed once
         for o, c in recorded:
             where = f"chunk {o['chunk'] + 1}/{len(chunks)} ({_span(chunks[o['chunk']], t0)})"
             if c["status"] == "failed":
                 errors.append(f"{where}: {c['error']}")
             for f in c["findings"]:
-                found.append(Finding(f["severity"], f"{where}: {f['finding']}", f["ts"], f["dur"], f["hint"],
-                                     f["evidence"]))
+                same.setdefault((f["severity"], f["finding"], f["hint"]), []).append((o["chunk"], where, f))
+        for (sev, text, hint), seen in same.items():
+            _, where, f = seen[0]
+            if len(seen) > 1:
+                where = _chunk_list(sorted(i for i, _, _ in seen), len(chunks))
+            found.append(Finding(sev, f"{where}: {text}", f["ts"], f["dur"], hint, f["evidence"]))
         found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
         status = "failed" if errors and not found else _status(found)
         results.append(CheckResult(check, status, found, p, error="; ".join(errors) or None, note=NOT_MERGED))

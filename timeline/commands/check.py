@@ -38,13 +38,14 @@ def _many(trace: str) -> list[str] | None:
     return None
 
 
-def _check_many(paths, fmt, fail_on, ids, overrides, tp_config: TraceProcessorConfig, user: InvokingUser):
+def _check_many(paths, fmt, fail_on, ids, overrides, tp_config: TraceProcessorConfig, user: InvokingUser,
+                executor=None):
     import time
 
     from ..checks.fleet import fleet_summary, run_fleet
 
     t0 = time.monotonic()
-    reports = run_fleet(paths, tp_config, user, ids, overrides)
+    reports = run_fleet(paths, tp_config, user, ids, overrides, executor=executor)
     seconds = time.monotonic() - t0
     fleet = fleet_summary(reports)
     if fmt == "json":
@@ -101,8 +102,13 @@ def _print_fleet(paths, reports, fleet, seconds) -> None:
               help="Also write a copy of TRACE with the findings on a 'timeline findings' track.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence numbers for passing checks too.")
 @click.option("--list", "list_only", is_flag=True, help="List the checks and their thresholds, then exit.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where a directory's traces or a set's chunks are checked: a local process pool, or a Ray "
+                   "cluster (pip install 'timeline[ray]'; the paths must be visible to its nodes).")
+@click.option("--address", metavar="ADDR", help="With --executor ray: the cluster (e.g. auto, ray://host:10001); "
+                                                "without it a local Ray instance is started.")
 @engine_options
-def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config):
+def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config, executor, address):
     """Run the built-in checks on TRACE (input stalls, CPU contention, CUDA
     launch/sync/allocator/graph problems, block I/O, driver ioctls, drops).
     TRACE may be a directory or a glob: every trace is checked, in parallel,
@@ -116,10 +122,21 @@ def check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, t
     from .interrupt import interruptible
 
     with interruptible():  # Ctrl-C anywhere in it: one line, exit 130
-        _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config)
+        _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config,
+               _executor(executor, address))
 
 
-def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config):
+def _executor(kind: str, address):
+    from ..checks.executors import Executor, require_ray
+
+    if address and kind != "ray":
+        raise UserError("--address goes with --executor ray")
+    if kind == "ray":
+        require_ray()  # missing: one line saying how to install it, before any work
+    return Executor(kind, address)
+
+
+def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, tp_config, executor=None):
     from ..identity import invoking_user
 
     if list_only:
@@ -136,7 +153,7 @@ def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, 
             raise UserError("--annotate takes one trace, not a trace set")
         from ..checks.traceset import check_set
 
-        report = check_set(trace, tp_config, user, ids, overrides)
+        report = check_set(trace, tp_config, user, ids, overrides, executor=executor)
         _print_report(report, fmt, verbose)
         if report.incomplete:
             raise UserError(f"not every chunk could be checked: {report.incomplete}")
@@ -150,7 +167,7 @@ def _check(trace, fmt, fail_on, params, only, annotate_out, verbose, list_only, 
             raise UserError("--annotate takes one trace, not a directory or glob")
         if not many:
             raise UserError(f"no trace matches {trace}")
-        return _check_many(many, fmt, fail_on, ids, overrides, tp_config, user)
+        return _check_many(many, fmt, fail_on, ids, overrides, tp_config, user, executor)
     if annotate_out:
         user.check_writable(annotate_out)
         if os.path.abspath(annotate_out) == os.path.abspath(trace):
