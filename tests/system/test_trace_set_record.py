@@ -151,3 +151,44 @@ def test_flow_edge_markers_in_the_ui(tmp_path):
         finally:
             browser.close()
             viewer.stop()
+
+
+RING_WORKLOAD = textwrap.dedent("""
+    import threading, time
+    def nap():
+        end = time.time() + 4
+        while time.time() < end: time.sleep(0.002)
+    ts = [threading.Thread(target=nap) for _ in range(2)]
+    for t in ts: t.start()
+    print("ready", flush=True)
+    for t in ts: t.join()
+""")
+
+
+def test_ring_dumps_are_trace_sets_too(tmp_path):
+    """--ring with --split: the SIGUSR2 dump and the trace at exit are each a set of the last window."""
+    import signal
+    import subprocess
+    import time
+
+    require_root()
+    out = str(tmp_path / "r.pftrace")
+    p = subprocess.Popen([sys.executable, "-m", "timeline.cli", "record", "-e", "sched", "--ring", "2s",
+                          "--split", "500ms", "-o", out, "--", sys.executable, "-c", RING_WORKLOAD],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(2.5)
+    os.kill(p.pid, signal.SIGUSR2)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "dump 1: wrote trace set" in err and "r.1.tlset" in err, err
+    for name in ("r.1.tlset", "r.tlset"):
+        idx = json.loads((tmp_path / name / "index.json").read_text())
+        chunks = idx["chunks"]
+        span = chunks[-1]["end_ns"] - chunks[0]["start_ns"]
+        # the ring's window (2 s, give or take a drain) in 500 ms chunks, each a whole trace
+        assert 1.5e9 <= span <= 2.6e9 and 3 <= len(chunks) <= 6, (name, span, len(chunks))
+        assert all(c["switches"] > 0 for c in chunks), chunks
+        with open_trace(str(tmp_path / name / chunks[-1]["file"])) as tp:
+            assert tp.query("select count(*) from sched where dur > 0").rows[0][0] > 0
+    assert not os.path.exists(tmp_path / "r.1.pftrace") and not os.path.exists(out)

@@ -120,6 +120,16 @@ def is_trace_set(path: str) -> bool:
 
 # ------------------------------------------------------------------ plan
 
+def set_start(m: LogModel) -> int:
+    """Where the first chunk starts: the first record of activity.  Process records kept from before
+    it (a --ring dump's: the names of processes started before its window) go to the first chunk
+    rather than make an empty window of their own."""
+    start = m.start_ts()
+    if m.activity_ts is not None and start < m.activity_ts <= m.end_ts():
+        return m.activity_ts
+    return start
+
+
 def plan(m: LogModel, spec: SplitSpec | None) -> np.ndarray | None:
     """Chunk start times (ns, ascending; the first is the log's start), or None: one trace."""
     if spec is None or m.first_ts is None:
@@ -127,7 +137,7 @@ def plan(m: LogModel, spec: SplitSpec | None) -> np.ndarray | None:
     total = sum(n for _, _, n in m.block_spans) + m.n_proc
     if spec.auto and total <= AUTO_SPLIT_ABOVE:
         return None
-    start, end = m.start_ts(), m.end_ts() + 1
+    start, end = set_start(m), m.end_ts() + 1
     if spec.duration_ns:
         n = max(1, math.ceil((end - start) / spec.duration_ns))
         if n > MAX_CHUNKS:
