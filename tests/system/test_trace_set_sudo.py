@@ -8,8 +8,10 @@ import stat
 
 from helpers import NOBODY, require_root, timeline_cmd
 from rawlog_factory import many_switches
-from test_output_safety import assert_one_line_error, assert_untouched, plant, sudo_env, victim  # noqa: F401
+import test_output_safety
+from test_output_safety import assert_one_line_error, assert_untouched, plant, sudo_env
 
+victim = test_output_safety.victim  # a fixture
 SPLIT = ("--split", "1000ev")  # 5000 switches in 5 chunks
 
 
@@ -40,7 +42,7 @@ def test_set_and_chunks_belong_to_the_user(udir):
     assert len(os.listdir(d)) == 3 and os.lstat(d).st_uid == NOBODY
 
 
-def test_a_symlink_at_the_set_name_is_not_followed(udir, tmp_path, victim):  # noqa: F811
+def test_a_symlink_at_the_set_name_is_not_followed(udir, tmp_path, victim):
     require_root()
     raw = _raw(udir)
     elsewhere = tmp_path / "root-dir"  # a root-owned directory the user cannot write
@@ -56,7 +58,7 @@ def test_a_symlink_at_the_set_name_is_not_followed(udir, tmp_path, victim):  # n
     assert [n for n in os.listdir(udir) if n.startswith(".tl-")] == []
 
 
-def test_a_symlink_inside_an_old_set_is_not_followed(udir, victim):  # noqa: F811
+def test_a_symlink_inside_an_old_set_is_not_followed(udir, victim):
     require_root()
     raw = _raw(udir)
     d = os.path.join(udir, "r.tlset")
