@@ -9,9 +9,11 @@ import pytest
 from timeline.converters import families
 from timeline.converters.families import FamilyConverter
 from timeline.converters.interface import Column
+from timeline.converters.trace_set import set_start
 from rawlog_factory import T
 
 STEP = 200_000  # ns: chunks of 200 us over the scenario's ~1 ms
+ACROSS = 0xF10 << 32  # the flow from a launch at the end of chunk 1 to its kernel in chunk 2
 
 
 class Painter(FamilyConverter):
@@ -36,6 +38,10 @@ class Painter(FamilyConverter):
         sink.counters("queue", np.array([T(50), T(120), T(650)]), np.array([1, 2, 3]))
         sink.group_counters("GPU 0", "memory", np.array([T(30)]), np.array([4.5]))
         sink.instant(T(333), 1001, None, "mark", "paint")
+        edge = set_start(self.model) + STEP  # chunk 2's start
+        sink.slice(edge - 3_000, 1_000, 1002, 1000, "cudaLaunchKernel", "cuda", flow_out=ACROSS)
+        sink.group_slices("GPU 0", "stream 9", np.array([edge + 5_000]), np.array([2_000]), "late kernel", "gpu",
+                          flow_in=np.array([ACROSS], np.uint64))
 
 
 @pytest.fixture

@@ -112,3 +112,83 @@ def test_a_chunk_with_cut_slices_in_the_ui(tmp_path):
         browser.close()
         _, err = viewer.stop()
     assert "chunk 2 of 5" in err and "chunk-0001.pftrace" in err and "chunk-0003.pftrace" in err
+
+
+@pytest.mark.usefixtures("painted")
+def test_flow_edge_markers_in_the_ui(tmp_path):
+    """A launch at the end of chunk 1 whose kernel runs in chunk 2: in each chunk the bundled UI finds the
+    edge marker and draws its flow (docs/img/trace-set-flow-out.png, trace-set-flow-in.png)."""
+    import shutil
+    import tempfile
+    import time
+
+    from rawlog_factory import scenario
+    from test_pystack_view import find
+    from test_view import Browser, Viewer
+    from timeline.converters import convert
+    from timeline.converters.trace_set import SplitSpec
+
+    res = convert(scenario(tmp_path / "s.tlraw"), str(tmp_path / "s.pftrace"), split=SplitSpec(duration_ns=STEP))
+    for at, marker, other, shot_name in (("0", "flow to chunk-0002", "cudaLaunchKernel", "trace-set-flow-out.png"),
+                                         ("0.0002", "flow from chunk-0001", "late kernel", "trace-set-flow-in.png")):
+        viewer = Viewer(res.out_path, "--at", at)
+        browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+        try:
+            browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                         mobile=False)
+            browser.call("Page.navigate", url=viewer.url)
+            browser.wait_for_text(["python3 1000", "GPU 0"], 90)
+            time.sleep(1)
+            find(browser, marker)
+            # the details of the selected marker: its args and the flow to/from the end this chunk has
+            txt = browser.wait_for_text(["timeline_flow_chunk", other], 60)
+            time.sleep(0.5)
+            shot = str(tmp_path / shot_name)
+            browser.screenshot(shot)
+            if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+                shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+            assert "timeline_flow_chunk" in txt and other in txt and marker in txt, txt[-3000:]
+        finally:
+            browser.close()
+            viewer.stop()
+
+
+RING_WORKLOAD = textwrap.dedent("""
+    import threading, time
+    def nap():
+        end = time.time() + 4
+        while time.time() < end: time.sleep(0.002)
+    ts = [threading.Thread(target=nap) for _ in range(2)]
+    for t in ts: t.start()
+    print("ready", flush=True)
+    for t in ts: t.join()
+""")
+
+
+def test_ring_dumps_are_trace_sets_too(tmp_path):
+    """--ring with --split: the SIGUSR2 dump and the trace at exit are each a set of the last window."""
+    import signal
+    import subprocess
+    import time
+
+    require_root()
+    out = str(tmp_path / "r.pftrace")
+    p = subprocess.Popen([sys.executable, "-m", "timeline.cli", "record", "-e", "sched", "--ring", "2s",
+                          "--split", "500ms", "-o", out, "--", sys.executable, "-c", RING_WORKLOAD],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(2.5)
+    os.kill(p.pid, signal.SIGUSR2)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "dump 1: wrote trace set" in err and "r.1.tlset" in err, err
+    for name in ("r.1.tlset", "r.tlset"):
+        idx = json.loads((tmp_path / name / "index.json").read_text())
+        chunks = idx["chunks"]
+        span = chunks[-1]["end_ns"] - chunks[0]["start_ns"]
+        # the ring's window (2 s, give or take a drain) in 500 ms chunks, each a whole trace
+        assert 1.5e9 <= span <= 2.6e9 and 3 <= len(chunks) <= 6, (name, span, len(chunks))
+        assert all(c["switches"] > 0 for c in chunks), chunks
+        with open_trace(str(tmp_path / name / chunks[-1]["file"])) as tp:
+            assert tp.query("select count(*) from sched where dur > 0").rows[0][0] > 0
+    assert not os.path.exists(tmp_path / "r.1.pftrace") and not os.path.exists(out)

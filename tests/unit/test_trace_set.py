@@ -27,7 +27,8 @@ def _slices(tp) -> list[tuple]:
         "select s.ts, s.dur, s.name, coalesce('thread ' || t.tid, tr.name) track, "
         "extract_arg(s.arg_set_id, 'debug.timeline_cut') cut, extract_arg(s.arg_set_id, 'debug.timeline_span_id') sid "
         "from slice s join track tr on s.track_id = tr.id left join thread_track tt on tt.id = s.track_id "
-        "left join thread t using (utid)").rows
+        "left join thread t using (utid) "
+        "where extract_arg(s.arg_set_id, 'debug.timeline_flow_id') is null").rows  # not the flow edge markers
 
 
 def _running(tp) -> dict:
@@ -181,3 +182,39 @@ def test_a_malformed_index_is_one_line(tmp_path):
     (d / "index.json").write_text(json.dumps({"format": "timeline-trace-set", "chunks": [{"file": "../etc"}]}))
     with pytest.raises(UserError, match="malformed"):
         read_index(str(d))
+
+
+FLOW_ENDS = ("select s.name, s.ts, s.dur, coalesce('thread ' || t.tid, tr.name) track, "
+             "extract_arg(s.arg_set_id, 'debug.timeline_flow_id') fid, "
+             "extract_arg(s.arg_set_id, 'debug.timeline_flow_chunk') other, "
+             "(select count(*) from flow f where f.slice_out = s.id or f.slice_in = s.id) flows "
+             "from slice s join track tr on s.track_id = tr.id left join thread_track tt on tt.id = s.track_id "
+             "left join thread t using (utid) where s.name in ('cudaLaunchKernel', 'late kernel') "
+             "or s.name like '% flow %' order by s.ts")
+
+
+@pytest.mark.usefixtures("painted")
+def test_a_flow_across_a_boundary_is_marked_in_both_chunks(tmp_path):
+    """A launch at the end of chunk 1 whose kernel runs in chunk 2: each chunk draws the flow from/to a
+    marker at its edge, on the track of the end it lacks, naming the other chunk and the flow id."""
+    whole, res = _split(tmp_path)
+    with open_trace(whole.out_path) as tp:
+        ref = tp.query("select count(*) from flow f join slice s on f.slice_in = s.id "
+                       "where s.name = 'late kernel'").rows[0][0]
+    assert ref == 1
+    edge = res.chunks[1]["start_ns"]
+    fid = trace_set_paint.ACROSS
+    with open_trace(os.path.join(res.out_path, "chunk-0001.pftrace")) as tp:
+        rows = tp.query(FLOW_ENDS).rows
+        assert rows == [("cudaLaunchKernel", edge - 3000, 1000, "thread 1002", None, None, 1),
+                        ("\u2192 flow to chunk-0002.pftrace", edge - 1, 0, "stream 9", fid, "chunk-0002.pftrace", 1)]
+        assert tp.query("select count(*) from flow f join slice a on f.slice_out = a.id join slice b "
+                        "on f.slice_in = b.id where a.name = 'cudaLaunchKernel' and b.name like '%flow to%'"
+                        ).rows[0][0] == 1
+    with open_trace(os.path.join(res.out_path, "chunk-0002.pftrace")) as tp:
+        rows = tp.query(FLOW_ENDS).rows
+        assert rows == [("\u2190 flow from chunk-0001.pftrace", edge, 0, "thread 1002", fid, "chunk-0001.pftrace", 1),
+                        ("late kernel", edge + 5000, 2000, "stream 9", None, None, 1)]
+    for c in res.chunks[2:]:  # nothing elsewhere
+        with open_trace(os.path.join(res.out_path, c["file"])) as tp:
+            assert tp.query(FLOW_ENDS).rows == []

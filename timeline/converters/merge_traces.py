@@ -198,9 +198,9 @@ def _rewrite_fields(pkt: pb.TracePacket, i: int, shift: int) -> None:
             cs.waking_timestamp[0] += shift
 
 
-def align(inputs: list[Input]) -> None:
-    """Each input's shift: the same REALTIME instant at the same timestamp as on the first."""
-    ref = inputs[0]
+def align(inputs: list[Input], ref: Input | None = None) -> None:
+    """Each input's shift: the same REALTIME instant at the same timestamp as on `ref` (the first)."""
+    ref = ref or inputs[0]
     ref_d = ref.realtime - ref.boottime
     for inp in inputs:
         inp.shift = (inp.realtime - inp.boottime) - ref_d
@@ -245,12 +245,13 @@ def _frame(payload: bytes) -> bytes:
         n >>= 7
 
 
-def merge(inputs: list[Input], write) -> int:
+def merge(inputs: list[Input], write, machines: list[int] | None = None, ref: Input | None = None) -> int:
     """Writes one trace through write(bytes); input i is machine i (0 = the
-    first, the reference).  Returns the bytes written."""
-    align(inputs)
+    first, the reference), or machines[i] (a trace set's chunk: the same
+    machine number, and clock reference `ref`, in every chunk).  Returns the bytes written."""
+    align(inputs, ref)
     total = 0
-    for i, inp in enumerate(inputs):
+    for i, inp in zip(machines or range(len(inputs)), inputs):
         # The machine's name where a reader can find it (metadata is per trace, so keyed by machine).
         meta = pb.TracePacket()
         meta.machine_id = i

@@ -127,6 +127,8 @@ class LogModel:
     user: object = None  # sudo mode: the invoking user, whom files a family reads by name are opened as
     # (first ts, last ts, records) of each ring block: where the events lie in time (trace_set.py plans chunks by it)
     block_spans: list = dataclasses.field(default_factory=list)
+    # the first record of a ring other than proc: a --ring dump keeps process records from before its window
+    activity_ts: int | None = None
 
     @property
     def command_pid(self) -> int | None:
@@ -279,6 +281,8 @@ class _FirstPass:
         ts = recs[RINGS[blk.ring].ts_field]
         _note_ts(m, ts)
         m.block_spans.append((int(ts.min()), int(ts.max()), int(ts.size)))
+        if blk.ring != proc_records.RING_PROC:
+            m.activity_ts = int(ts.min()) if m.activity_ts is None else min(m.activity_ts, int(ts.min()))
         if "cpu" in names:
             m.cpus.update(np.unique(recs["cpu"]).tolist())
         if blk.ring in self.ring_fams:

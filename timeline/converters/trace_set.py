@@ -27,6 +27,8 @@ What keeps each chunk whole:
   each with args timeline_cut = "end" (continues in a later chunk), "start"
   (began in an earlier one) or "both", and timeline_span_id, the same int in
   every piece of that slice.  Its flows stay on the piece holding its begin;
+- a flow whose ends land in different chunks gets a marker slice at the
+  edge of each, linked to the end that chunk has (trace_set_flows.py);
 - a counter's last value is repeated at the start of each later chunk;
 - drop statistics (ftrace_stats, the drop counters) are in the last chunk only.
 """
@@ -43,8 +45,9 @@ import numpy as np
 
 from ..errors import UserError
 from ..registry import MAIN_ACTIVITY
-from .interface import Column, TrackSink
+from .interface import Column, TrackSink, flow_ids
 from .model import IDLE_TID, OUTSIDE_TID, STATE_RUNNABLE, DEFAULT_PRIO, CpuSched, LogModel
+from .trace_set_flows import IN, OUT, FlowEnds, write_markers
 
 FORMAT = "timeline-trace-set"
 VERSION = 1
@@ -118,6 +121,16 @@ def is_trace_set(path: str) -> bool:
 
 # ------------------------------------------------------------------ plan
 
+def set_start(m: LogModel) -> int:
+    """Where the first chunk starts: the first record of activity.  Process records kept from before
+    it (a --ring dump's: the names of processes started before its window) go to the first chunk
+    rather than make an empty window of their own."""
+    start = m.start_ts()
+    if m.activity_ts is not None and start < m.activity_ts <= m.end_ts():
+        return m.activity_ts
+    return start
+
+
 def plan(m: LogModel, spec: SplitSpec | None) -> np.ndarray | None:
     """Chunk start times (ns, ascending; the first is the log's start), or None: one trace."""
     if spec is None or m.first_ts is None:
@@ -125,7 +138,7 @@ def plan(m: LogModel, spec: SplitSpec | None) -> np.ndarray | None:
     total = sum(n for _, _, n in m.block_spans) + m.n_proc
     if spec.auto and total <= AUTO_SPLIT_ABOVE:
         return None
-    start, end = m.start_ts(), m.end_ts() + 1
+    start, end = set_start(m), m.end_ts() + 1
     if spec.duration_ns:
         n = max(1, math.ceil((end - start) / spec.duration_ns))
         if n > MAX_CHUNKS:
@@ -174,6 +187,7 @@ class SplitSink(TrackSink):
         self._span_ids = itertools.count(1)
         self._last: dict[tuple, tuple] = {}  # counter -> (chunk, value, write(k, ts, values), pid)
         self._lifetime = lifetime or (lambda kind, ident: (None, None))
+        self.flows = FlowEnds()
 
     # -- routing
     def chunk_of(self, ts) -> np.ndarray:
@@ -231,6 +245,9 @@ class SplitSink(TrackSink):
         end = ts + max(dur, 0)
         k0 = int(self.chunk_of(ts))
         k1 = max(k0, int(self.chunk_of(max(end - 1, ts))))
+        if flow_out or flow_in:
+            self.flows.add(np.array([flow_ids_row(flow_out)], np.uint64).reshape(1, -1), OUT, k0, tid, pid)
+            self.flows.add(np.array([flow_ids_row(flow_in)], np.uint64).reshape(1, -1), IN, k0, tid, pid)
         if k0 == k1:
             self._note(k0)
             self.sinks[k0].slice(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
@@ -262,6 +279,10 @@ class SplitSink(TrackSink):
             return
         tid = np.asarray(tid)
         pid = None if pid is None else np.asarray(pid)
+        if flow_out is not None or flow_in is not None:
+            k0 = self.chunk_of(ts)
+            self.flows.add(flow_out, OUT, k0, tid, pid)
+            self.flows.add(flow_in, IN, k0, tid, pid)
         for k, rows, pts, pdur, extra, first in self._pieces(ts, dur):
             if rows is None:
                 self.sinks[k].slices(pts, pdur, tid, pid, name, cat, args, flow_out, flow_in)
@@ -273,6 +294,10 @@ class SplitSink(TrackSink):
     def group_slices(self, group, track, ts, dur, name, cat, args=(), flow_out=None, flow_in=None, lane=0):
         if len(ts) == 0:
             return
+        if flow_out is not None or flow_in is not None:
+            k0, where = self.chunk_of(ts), self.flows.group_track(group, track, lane)
+            self.flows.add(flow_out, OUT, k0, track=where)
+            self.flows.add(flow_in, IN, k0, track=where)
         for k, rows, pts, pdur, extra, first in self._pieces(ts, dur):
             if rows is None:
                 self.sinks[k].group_slices(group, track, pts, pdur, name, cat, args, flow_out, flow_in, lane)
@@ -336,6 +361,8 @@ class SplitSink(TrackSink):
     def finish(self) -> None:
         for last in self._last.values():
             self._carry(last, self.n - 1)
+        names = [CHUNK_NAME.format(i + 1) for i in range(self.n)]
+        self.events += write_markers(self.flows, self.sinks, self.starts, names, self._lifetime)
         self._share_tracks()
 
     def _share_tracks(self) -> None:
@@ -352,6 +379,11 @@ class SplitSink(TrackSink):
                     s._group_track(*key[1:])
                 elif key[0] == "async":
                     s._track(key, lambda d, name=key[1]: setattr(d, "name", name), None)
+
+
+def flow_ids_row(v) -> list[int]:
+    """One slice's flow value (None, an int, or ints) as a list, [0] for none."""
+    return flow_ids(v) or [0]
 
 
 def _rows(v, rows):
