@@ -68,6 +68,9 @@ def _register():
     main.add_command(view.view)
     main.add_command(doctor.doctor)
     main.add_command(merge.merge_cmd)
+    from .commands import diff
+
+    main.add_command(diff.diff)
 
 
 _register()
