@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 
 from . import stats
-from .profile import STATES, Calls, Profile
+from .profile import STATES, Calls, Profile, Steps
 from .report import CheckChange, DiffReport, Row
 
 MIN_CHANGE = 0.05   # a change smaller than this (relative) is never significant
@@ -172,6 +172,9 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
         body += _python_rows(j, a, b, step_ns)
     # Unchanged, untested rows of things both runs lack (a state never entered) say nothing.
     body = [r for r in body if (r.baseline or r.candidate)]
+    if not both_steps:
+        for r in body:
+            r.metric = r.metric.replace("per step", "per s")
     body.sort(key=lambda r: (not r.significant, -abs(r.impact_ns), -abs(r.relative or 0)))
     only_a = [k for k, v in a.have.items() if v and not b.have.get(k)]
     only_b = [k for k, v in b.have.items() if v and not a.have.get(k)]
@@ -184,16 +187,20 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
 
 
 def _per_second(p: Profile, scale: float) -> Profile:
-    """The profile's per-step sums of its one step, as rates per second (durations stay ns)."""
+    """The profile as one step (its steps, or its steady state, summed) whose
+    values are rates per second of it; call durations stay as they are."""
     import copy
 
+    def rate(d: dict) -> dict:
+        return {k: np.asarray([float(np.sum(v)) * scale]) for k, v in d.items()}
+
     q = copy.copy(p)
-    q.states = {k: v * scale for k, v in p.states.items()}
-    q.apis = Calls(p.apis.durs, {k: v * scale for k, v in p.apis.count.items()},
-                   {k: v * scale for k, v in p.apis.time.items()})
-    q.kernels = Calls(p.kernels.durs, {k: v * scale for k, v in p.kernels.count.items()},
-                      {k: v * scale for k, v in p.kernels.time.items()})
-    q.memcpy = {k: v * scale for k, v in p.memcpy.items()}
+    q.steps = Steps(p.steps.source, p.steps.label, p.steps.starts[:1], p.steps.starts[:1] +
+                    int(p.steps.durations.sum()))
+    q.states = rate(p.states)
+    q.apis = Calls(p.apis.durs, rate(p.apis.count), rate(p.apis.time))
+    q.kernels = Calls(p.kernels.durs, rate(p.kernels.count), rate(p.kernels.time))
+    q.memcpy = rate(p.memcpy)
     return q
 
 
