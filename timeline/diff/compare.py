@@ -151,7 +151,8 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
                         float(db.sum() - da.sum())))
     body: list[Row] = []
     if a.have.get("main thread") and b.have.get("main thread"):
-        mean_a, mean_b = float(np.mean(da)) or 1.0, float(np.mean(db)) or 1.0
+        # per step: a share of the step; per second: of the second
+        mean_a, mean_b = (float(np.mean(da)) or 1.0, float(np.mean(db)) or 1.0) if both_steps else (1e9, 1e9)
         for state in STATES:
             sa, sb = a.states.get(state, np.zeros(len(da))), b.states.get(state, np.zeros(len(db)))
             row = j.row("state", state, "time per step", "ns", sa, sb, _mean)
@@ -179,7 +180,7 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
     only_a = [k for k, v in a.have.items() if v and not b.have.get(k)]
     only_b = [k for k, v in b.have.items() if v and not a.have.get(k)]
     if a.python_source and b.python_source and a.python_source != b.python_source:
-        notes.append(f"Python functions not compared: CPU samples in one trace, stacks at calls in the other")
+        notes.append("Python functions not compared: CPU samples in one trace, stacks at calls in the other")
     changes = _check_changes(a.checks, b.checks) if a.checks is not None and b.checks is not None else []
     return DiffReport(a.context, b.context, rows + body, changes, only_a, only_b, notes,
                       {"min_change": min_change, "min_impact": min_impact, "confidence": confidence,

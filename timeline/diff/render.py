@@ -12,6 +12,11 @@ from .report import SECTIONS, DiffReport, Row
 MAX_ROWS = 20            # body rows shown; --format json has them all
 MIN_SHOWN = 6            # with fewer significant rows, the biggest others fill up to this many
 NAME_WIDTH = 60          # kernel names run long
+FINDING_WIDTH = 100      # a check's finding, cut to about a line (timeline check has it all)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _bytes(v: float) -> str:
@@ -62,12 +67,11 @@ def mark(row: Row) -> tuple[str, str]:
 
 
 def _label(row: Row) -> str:
-    name = printable(row.name)
-    if len(name) > NAME_WIDTH:
-        name = name[:NAME_WIDTH - 3] + "..."
+    name = _clip(printable(row.name), NAME_WIDTH)
     if row.section == "step":
-        return f"step time {name}"
-    return f"{SECTIONS[row.section]}: {name}" + ("" if row.section in ("state", "python") else f" · {row.metric}")
+        return f"step time {name}" if name != "run" else "run length (no steps)"
+    metric = row.metric.replace(" per ", "/")
+    return f"{SECTIONS[row.section]}: {name}" + ("" if row.section in ("state", "python") else f" · {metric}")
 
 
 def shown_rows(report: DiffReport) -> tuple[list[Row], int]:
@@ -123,7 +127,7 @@ def render_text(report: DiffReport, console) -> None:
         console.print(Text("checks:", "bold"))
         for c in report.checks:
             console.print(Text(f"  {c.change:9} {c.check}: {c.baseline} -> {c.candidate}"
-                               + (f"  {printable(c.finding)}" if c.finding else ""),
+                               + (f"  {_clip(printable(c.finding), FINDING_WIDTH)}" if c.finding else ""),
                                "red" if c.change == "appeared" else "green" if c.change == "vanished" else "yellow"))
     for label, only in (("baseline", report.only_baseline), ("candidate", report.only_candidate)):
         if only:
