@@ -5,8 +5,9 @@ that thing as its first row, significant, and a slower step.
 
 The workload runs real-time on one CPU so that other work on this shared
 machine changes its steps little; the diff's floors (5 % of the value, 5 %
-of the step) do the rest.  Unit tests of the statistics:
-tests/unit/test_diff.py.
+of the step) do the rest.  The GPU rows (NVTX steps, kernels, copies,
+launch delay): the stand-in CUDA libraries (tests/standins/gpu_steps.py).
+Unit tests of the statistics: tests/unit/test_diff.py.
 """
 from __future__ import annotations
 
@@ -81,3 +82,31 @@ def test_cli_json_checks_and_regression_gate(traces):
     cp = timeline_cmd("diff", traces["base"], traces["again"], "--fail-on-regression", "10")
     assert cp.returncode == 0, cp.stderr
     assert "step time p50" in cp.stdout and "not significant" in cp.stdout
+
+
+def test_gpu_steps_kernels_copies_and_launch_delay(libs, tmp_path):
+    """NVTX steps, GPU kernels, copies and launch delays (gpu family) from the
+    stand-in CUDA libraries: 4 kernels and 10 ms of host work per step against
+    8 kernels and 16 ms."""
+    d = os.path.dirname(libs["libcudart.so.12"])
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "standins"))
+    for k in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "TIMELINE_GPU_SOCKET", "TIMELINE_CUPTI_PATH"):
+        env.pop(k, None)
+    paths = []
+    for kernels, sleep_ms in ((4, 10), (8, 16)):
+        path = str(tmp_path / f"k{kernels}.pftrace")
+        cp = timeline_cmd("record", "-q", "-o", path, "--", sys.executable,
+                          os.path.join(REPO, "tests", "standins", "gpu_steps.py"), d, "30", str(kernels),
+                          str(sleep_ms), env=env)
+        assert cp.returncode == 0, cp.stderr
+        paths.append(path)
+    report = compare(*paths, checks=False)
+    assert report.baseline["step_source"] == "nvtx" and report.baseline["step_label"] == "step"
+    assert report.baseline["steps"] >= 20 and not report.only_baseline and not report.only_candidate
+    assert first_row(report).name == "sleeping" and first_row(report).significant
+    rows = {(r.section, r.name, r.metric): r for r in report.rows}
+    calls = rows[("kernel", "standin_kernel", "calls per step")]
+    assert (calls.baseline, calls.candidate) == (4, 8)
+    assert rows[("memcpy", "HtoD", "bytes per step")].baseline == 65536
+    assert rows[("launch", "launch to kernel start", "median")].baseline > 0
+    assert rows[("cuda_api", "cuStreamSynchronize", "calls per step")].baseline == 1
