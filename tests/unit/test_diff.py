@@ -73,7 +73,7 @@ def test_per_step_and_overlap():
 # ------------------------------------------------------- synthetic profiles
 
 def profile(seed: int, n: int = 40, extra_sleep_ms: float = 0.0, kernel_ms: float | None = None,
-            steps: bool = True, checks=None) -> Profile:
+            steps: bool = True, checks=None, python: dict | None = None) -> Profile:
     """A run of n steps: 3 ms running, 20 ms (+extra) sleeping, a bit runnable, one cudaMemcpy per step."""
     rng = np.random.default_rng(seed)
     states = {"running": rng.normal(3, 0.3, n) * MS, "runnable": rng.exponential(0.3, n) * MS,
@@ -93,11 +93,11 @@ def profile(seed: int, n: int = 40, extra_sleep_ms: float = 0.0, kernel_ms: floa
         states = {k: np.array([v.sum()]) for k, v in states.items()}
         apis = Calls(apis.durs, {"cudaMemcpy": np.array([float(n)])}, {"cudaMemcpy": np.array([memcpy.sum()])})
     have = {"steps": steps, "main thread": True, "CUDA calls": True, "GPU activity": kernel_ms is not None,
-            "Python stacks": False, "checks": checks is not None}
+            "Python stacks": python is not None, "checks": checks is not None}
     ctx = {"trace": f"run{seed}.pftrace", "command": "python train.py", "machine": "x86_64", "duration_s": 1.0,
            "steps": n if steps else 0, "step_source": st.source, "step_label": st.label}
     return Profile(f"run{seed}", ctx, {}, st, states, apis, kernels, {"H2D": np.full(n, 4096.0)}, "cuda",
-                   np.zeros(0), {}, None, checks, have)
+                   np.zeros(0), python or {}, "samples" if python else None, checks, have)
 
 
 def test_same_configuration_is_quiet():
@@ -135,6 +135,19 @@ def test_without_steps_it_compares_rates_and_says_so():
     assert all(r.significant is None for r in report.rows if r.metric != "median")
     calls = next(r for r in report.rows if r.name == "cudaMemcpy" and r.metric == "calls per s")
     assert calls.baseline == pytest.approx(calls.candidate, rel=0.05)  # per second of either run: ~43/s
+
+
+def test_python_function_whose_share_grew():
+    base = {"forward (model.py)": 600, "load (data.py)": 100, "log (train.py)": 20}
+    cand = {"forward (model.py)": 300, "load (data.py)": 400, "log (train.py)": 20}
+    report = compare_profiles(profile(1, python=base), profile(2, python=cand))
+    py = [r for r in report.rows if r.section == "python"]
+    assert [(r.name, r.significant) for r in py[:2]] == [("load (data.py)", True), ("forward (model.py)", True)]
+    assert py[0].change == pytest.approx(400 / 720 - 100 / 720) and py[0].impact_ns > 0 > py[1].impact_ns
+    assert [r.significant for r in py if r.name == "log (train.py)"] == [False]
+    # samples in one trace only: not compared, and said so
+    report = compare_profiles(profile(1, python=base), profile(2))
+    assert report.only_baseline == ["Python stacks"] and not [r for r in report.rows if r.section == "python"]
 
 
 def _report(statuses: dict) -> Report:

@@ -81,7 +81,8 @@ def _call_rows(j: _Judge, section: str, a: Calls, b: Calls, steps_a: int, steps_
     return rows
 
 
-def _python_rows(j: _Judge, a: Profile, b: Profile, step_ns: float) -> list[Row]:
+def _python_rows(j: _Judge, a: Profile, b: Profile, ns_per_share: float) -> list[Row]:
+    """Per function its share of the weight; impact: the change of share x ns_per_share."""
     na, nb = sum(a.python.values()), sum(b.python.values())
     rows = []
     names = sorted(set(a.python) | set(b.python), key=lambda n: -(a.python.get(n, 0) / max(na, 1)
@@ -93,7 +94,7 @@ def _python_rows(j: _Judge, a: Profile, b: Profile, step_ns: float) -> list[Row]
         else:  # weights are ns, not counts: no sampling model, no interval
             iv = stats.Interval((kb / nb if nb else 0) - (ka / na if na else 0), None, None)
         row = Row("python", name, "share", "fraction", ka / na if na else None, kb / nb if nb else None, iv.diff)
-        rows.append(j._judged(row, iv, step_ns))
+        rows.append(j._judged(row, iv, ns_per_share))
     return rows
 
 
@@ -170,7 +171,10 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
             body.append(j.row("launch", "launch to kernel start", "median", "ns", a.launch_delay, b.launch_delay,
                               _median, impact_per_unit=min(per_step, 1.0)))
     if a.have.get("Python stacks") and b.have.get("Python stacks") and a.python_source == b.python_source:
-        body += _python_rows(j, a, b, step_ns)
+        # a share of the main thread's CPU samples is a share of its running time
+        running = a.states.get("running")
+        per_share = float(np.mean(running)) if a.python_source == "samples" and running is not None else step_ns
+        body += _python_rows(j, a, b, per_share)
     # Unchanged, untested rows of things both runs lack (a state never entered) say nothing.
     body = [r for r in body if (r.baseline or r.candidate)]
     if not both_steps:
