@@ -96,7 +96,7 @@ def profile(seed: int, n: int = 40, extra_sleep_ms: float = 0.0, kernel_ms: floa
             "Python stacks": python is not None, "checks": checks is not None}
     ctx = {"trace": f"run{seed}.pftrace", "command": "python train.py", "machine": "x86_64", "duration_s": 1.0,
            "steps": n if steps else 0, "step_source": st.source, "step_label": st.label}
-    return Profile(f"run{seed}", ctx, {}, st, states, apis, kernels, {"H2D": np.full(n, 4096.0)}, "cuda",
+    return Profile(f"run{seed}", ctx, {}, st, states, apis, kernels, {"H2D": np.full(n, 4096.0)}, "calls",
                    np.zeros(0), python or {}, "samples" if python else None, checks, have)
 
 

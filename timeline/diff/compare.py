@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..terminal import printable
 from . import stats
 from .profile import STATES, Calls, Profile, Steps
 from .report import CheckChange, DiffReport, Row
@@ -160,7 +161,7 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
             row.share_baseline, row.share_candidate = float(np.mean(sa)) / mean_a, float(np.mean(sb)) / mean_b
             body.append(row)
     if a.have.get("CUDA calls") and b.have.get("CUDA calls"):
-        body += _call_rows(j, "cuda_api", a.apis, b.apis, len(da), len(db))
+        body += _call_rows(j, "call", a.apis, b.apis, len(da), len(db))
         for kind in sorted(set(a.memcpy) | set(b.memcpy)):
             body.append(j.row("memcpy", kind, "bytes per step", "bytes", a.memcpy.get(kind, np.zeros(len(da))),
                               b.memcpy.get(kind, np.zeros(len(db))), _mean, impact_per_unit=None))
@@ -209,6 +210,27 @@ def _per_second(p: Profile, scale: float) -> Profile:
     return q
 
 
+def _first_line(e: Exception) -> str:
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+
+
+def _load(path: str, tp_config, user):
+    """The trace loaded, opened once as `user` through trace_file; one-line UserErrors."""
+    from ..errors import UserError
+    from ..trace_file import open_loadable
+    from ..trace_processor import TraceProcessorError
+
+    if not os.path.lexists(path):
+        raise UserError(f"{printable(path)} does not exist")
+    fd = open_loadable(path, user)
+    try:
+        return tp_config.load(path, fd=fd)
+    except TraceProcessorError as e:
+        raise UserError(f"{printable(path)}: {_first_line(e)}") from None
+    finally:
+        os.close(fd)
+
+
 def compare(baseline_path: str, candidate_path: str, *, tp_config=None, user=None, checks: bool = True,
             check_params=None, min_change: float = MIN_CHANGE, min_impact: float = MIN_IMPACT,
             confidence: float = stats.CONFIDENCE, seed: int = stats.SEED, progress=None) -> DiffReport:
@@ -217,7 +239,6 @@ def compare(baseline_path: str, candidate_path: str, *, tp_config=None, user=Non
     (TraceProcessorConfig; None: the default engine), profiled, compared.
     Bad inputs raise errors.UserError (one line). `progress(message)` is told
     what is being done."""
-    from ..commands.query import open_trace_or_fail
     from ..errors import UserError
     from ..identity import invoking_user
     from ..trace_processor import TraceProcessorConfig, TraceProcessorError
@@ -233,13 +254,11 @@ def compare(baseline_path: str, candidate_path: str, *, tp_config=None, user=Non
     for role, path in (("baseline", baseline_path), ("candidate", candidate_path)):
         if progress:
             progress(f"reading the {role}, {os.path.basename(path)}")
-        tp = open_trace_or_fail(path, tp_config, user)
+        tp = _load(path, tp_config, user)
         try:
             profiles.append(profile(tp, path, run_checks=checks, check_params=check_params))
         except TraceProcessorError as e:
-            from ..commands.query import _one_line
-
-            raise UserError(f"{role} {path}: cannot read it: {_one_line(e)}") from None
+            raise UserError(f"{role} {printable(path)}: cannot read it: {_first_line(e)}") from None
         finally:
             tp.close()
     return compare_profiles(*profiles, min_change=min_change, min_impact=min_impact, confidence=confidence,

@@ -17,22 +17,21 @@ import numpy as np
 # Calls that block the calling thread until the GPU is done: a training loop
 # makes them once per step (a loss read back, a copy of results, an explicit
 # synchronize), so their period is the step when nothing else marks steps.
-SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-              "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-              "cudaMemcpy", "cudaMemcpy2D", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyDtoH_v2")
+SYNC_CALLS_SQL = """('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize',
+  'cuStreamSynchronize', 'cuCtxSynchronize', 'cuEventSynchronize',
+  'cudaMemcpy', 'cudaMemcpy2D', 'cuMemcpy', 'cuMemcpyDtoH', 'cuMemcpyDtoH_v2')"""
 MIN_STEPS = 3            # fewer repeats are not a period
 MAX_ROWS = 2_000_000     # per query: a crafted trace must not make the diff unbounded
 
 # Main-thread states: thread_state's letters, and the sleeps a DataLoader ended.
 STATES = ("running", "runnable", "sleeping", "disk wait", "waiting for DataLoader")
 
-_SQL_LIST = ", ".join(f"'{f}'" for f in SYNC_CALLS)
 _LINE = re.compile(r":\d+\)$")
 
 
 @dataclass
 class Steps:
-    source: str              # 'nvtx', 'sync' or 'run'
+    source: str              # 'range' (NVTX), 'sync' or 'run'
     label: str               # the NVTX range or the sync call; the run: 'steady state' / 'whole trace'
     starts: np.ndarray       # ns, sorted
     ends: np.ndarray
@@ -63,7 +62,7 @@ class Profile:
     apis: Calls
     kernels: Calls
     memcpy: dict[str, np.ndarray]        # kind -> bytes per step
-    memcpy_source: Optional[str]         # 'gpu' (CUPTI copies) / 'cuda' (the calls' args) / None
+    memcpy_source: Optional[str]         # 'device' (CUPTI's copies) / 'calls' (the copy calls' args) / None
     launch_delay: np.ndarray             # ns from a launch call's start to its kernel's start
     python: dict[str, int]               # function -> weight (CPU samples, or ns of CUDA calls/waits)
     python_source: Optional[str]         # 'samples' / 'stacks at calls' / None
@@ -130,22 +129,22 @@ def find_steps(tp) -> Steps:
     step: the steady state or the run.  Steps before the steady state (start-up)
     are left out."""
     lo, hi, label = _steady(tp)
-    nvtx = _rows(tp, f"""
+    ranges = _rows(tp, f"""
         with top as (select s.ts, s.dur, s.name from slice s join thread_track tt on s.track_id = tt.id
                      where s.category = 'nvtx' and s.dur > 0 and tt.utid = (select utid from tl_main_thread)
                        and not exists (select 1 from ancestor_slice(s.id) a where a.category = 'nvtx')),
              pick as (select name from top group by name having count(*) >= {MIN_STEPS}
                       order by sum(dur) desc limit 1)
         select ts, ts + dur, name from top where name = (select name from pick) order by ts""")
-    if nvtx:
-        st, en, _ = _arrays(nvtx, 3)
+    if ranges:
+        st, en, _ = _arrays(ranges, 3)
         keep = st >= lo
         if keep.sum() >= MIN_STEPS:
             st, en = st[keep], en[keep]
-        return Steps("nvtx", str(nvtx[0][2]), st.astype(np.int64), en.astype(np.int64))
+        return Steps("range", str(ranges[0][2]), st.astype(np.int64), en.astype(np.int64))
     sync = _rows(tp, f"""
         with calls as (select fn, ts from _tl_cuda where utid = (select utid from tl_main_thread)
-                       and fn in ({_SQL_LIST})),
+                       and fn in {SYNC_CALLS_SQL}),
              pick as (select fn from calls group by fn having count(*) > {MIN_STEPS} order by count(*) desc limit 1)
         select ts, fn from calls where fn = (select fn from pick) order by ts""")
     if sync:
@@ -203,15 +202,15 @@ def _calls(rows, steps: Steps) -> Calls:
     return out
 
 
-def _memcpy(tp, steps: Steps, gpu: bool) -> tuple[dict[str, np.ndarray], Optional[str]]:
+def _memcpy(tp, steps: Steps, device_work: bool) -> tuple[dict[str, np.ndarray], Optional[str]]:
     """Bytes per step per copy kind: the GPU's copies (gpu family) when
     recorded, else the CUDA copy calls' arguments."""
-    if gpu:
+    if device_work:
         rows = _rows(tp, """select coalesce(extract_arg(arg_set_id, 'debug.kind'), extract_arg(arg_set_id, 'args.kind'),
                                             '?'), ts, coalesce(extract_arg(arg_set_id, 'debug.bytes'),
                                                               extract_arg(arg_set_id, 'args.bytes'), 0)
                             from slice where category = 'gpu_memcpy'""")
-        source = "gpu"
+        source = "device"
     else:
         rows = _rows(tp, """select coalesce(extract_arg(arg_set_id, 'debug.kind'), extract_arg(arg_set_id, 'args.kind'),
                                             iif(fn glob 'cuMemcpyDtoH*', 'D2H', iif(fn glob 'cuMemcpyHtoD*', 'H2D',
@@ -219,7 +218,7 @@ def _memcpy(tp, steps: Steps, gpu: bool) -> tuple[dict[str, np.ndarray], Optiona
                                    coalesce(extract_arg(arg_set_id, 'debug.bytes'), extract_arg(arg_set_id, 'args.bytes'),
                                             extract_arg(arg_set_id, 'debug.count'), 0)
                             from _tl_cuda where fn glob '*emcpy*'""")
-        source = "cuda"
+        source = "calls"
     if not rows:
         return {}, None
     kind, ts, nbytes = _arrays(rows, 3)
@@ -295,8 +294,8 @@ def profile(tp, path: str, run_checks: bool = True, check_params=None) -> Profil
     states = main_thread_states(tp, steps)
     apis = _calls(_rows(tp, "select fn, ts, dur from _tl_cuda where dur >= 0"), steps)
     kernels = _calls(_rows(tp, "select name, ts, dur from _tl_gpu where category = 'gpu_kernel'"), steps)
-    has_gpu = bool(kernels.durs) or bool(_rows(tp, "select 1 from _tl_gpu limit 1"))
-    memcpy, memcpy_source = _memcpy(tp, steps, has_gpu)
+    has_device_work = bool(kernels.durs) or bool(_rows(tp, "select 1 from _tl_gpu limit 1"))
+    memcpy, memcpy_source = _memcpy(tp, steps, has_device_work)
     delay = _rows(tp, """select c.ts, g.ts - c.ts from flow f join slice c on c.id = f.slice_out
                          join _tl_gpu g on g.id = f.slice_in
                          where g.category = 'gpu_kernel' and c.category in ('cuda', 'cuda_driver')
@@ -309,7 +308,7 @@ def profile(tp, path: str, run_checks: bool = True, check_params=None) -> Profil
         "steps": steps.source != "run",
         "main thread": has_main and bool(states),
         "CUDA calls": bool(_rows(tp, "select 1 from _tl_cuda limit 1")),
-        "GPU activity": has_gpu,
+        "GPU activity": has_device_work,
         "Python stacks": python_source is not None,
         "checks": report is not None,
     }

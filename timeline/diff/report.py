@@ -12,7 +12,7 @@ from typing import Optional
 SECTIONS = {
     "step": "step time",
     "state": "main thread",
-    "cuda_api": "CUDA call",
+    "call": "CUDA call",
     "kernel": "GPU kernel",
     "memcpy": "copies",
     "launch": "launch to start",
