@@ -61,7 +61,7 @@ def _register():
 
     main.add_command(record.record)
     main.add_command(convert.convert_cmd)
-    from .commands import check, doctor, mcp, merge, query, view
+    from .commands import check, diff, doctor, mcp, merge, query, view
 
     main.add_command(query.query)
     main.add_command(check.check)
@@ -69,6 +69,7 @@ def _register():
     main.add_command(doctor.doctor)
     main.add_command(merge.merge_cmd)
     main.add_command(mcp.mcp_cmd)
+    main.add_command(diff.diff)
 
 
 _register()
