@@ -262,3 +262,17 @@ def test_sudo_mode_lists_only_what_the_user_can_read(root, udir, monkeypatch):
     assert [os.path.basename(t["path"]) for t in got["traces"]] == ["mine.pftrace"]
     monkeypatch.delenv("SUDO_UID")
     assert len(find_traces(AllowedDirs([udir]), user=invoking_user())["traces"]) == 2  # as root: both
+
+
+def test_diff_tool_is_timeline_diff(traces):
+    """diff_traces through the real timeline.diff: the same document as `timeline diff --format json`;
+    options an agent may not set (the engine, whose identity) are refused."""
+    a, b = traces["recorded"], traces["ranks"]
+    (err, got), (err2, text) = calls(traces, ("diff_traces", {"baseline": a, "candidate": b, "options": {"checks": False}}),
+                                     ("diff_traces", {"baseline": a, "candidate": b, "options": {"user": 0}}))
+    assert not err, got
+    r = timeline_cmd("diff", a, b, "--format", "json", "--no-checks")
+    assert r.returncode == 0, r.stderr
+    assert got["diff"] == json.loads(r.stdout)
+    assert got["baseline"] == a and got["candidate"] == b
+    assert err2 and "unknown diff option 'user'" in text, text

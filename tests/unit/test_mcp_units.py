@@ -259,10 +259,16 @@ def test_diff_job_returns_the_reports_json(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "timeline.diff", types.SimpleNamespace(
         compare=lambda b, c, **options: calls.append((b, c, options)) or Report()))
-    got = jobs.diff("/t/base.pftrace", "base.pftrace", "/t/cand.pftrace", "cand.pftrace", {"bootstrap": 100})
-    assert calls == [("/t/base.pftrace", "/t/cand.pftrace", {"bootstrap": 100})]
+    got = jobs.diff("/t/base.pftrace", "base.pftrace", "/t/cand.pftrace", "cand.pftrace", {"min_change": 0.1},
+                    tp_config="the server's engine")
+    assert calls == [("/t/base.pftrace", "/t/cand.pftrace", {"min_change": 0.1, "tp_config": "the server's engine"})]
     assert got == {"baseline": "base.pftrace", "candidate": "cand.pftrace",
                    "diff": {"rows": [{"what": "step time", "change": 0.25}]}}
+    # what the server decides is not the agent's to set, and numbers are numbers
+    for bad, why in (({"tp_config": None}, "unknown diff option 'tp_config'"), ({"user": 0}, "unknown diff option"),
+                     ({"checks": "yes"}, "wrong type"), ({"min_change": True}, "wrong type")):
+        with pytest.raises(ValueError, match=why):
+            jobs.diff("/t/a", "a", "/t/b", "b", bad)
 
 
 def test_checks_on_a_trace_kept_loaded_do_not_change(workers):

@@ -54,12 +54,24 @@ def sql(tp, fd, path, name, query="", max_rows=1000) -> dict:
             "truncated": len(rows) > max_rows, "incomplete": completeness_problem(tp, fd=fd)}
 
 
-def diff(baseline: str, baseline_name: str, candidate: str, candidate_name: str, options=None) -> dict:
+# what an agent may set of timeline.diff.compare (the rest, engine and identity, the server decides)
+DIFF_OPTIONS = {"checks": bool, "min_change": (int, float), "min_impact": (int, float), "confidence": (int, float)}
+
+
+def diff(baseline: str, baseline_name: str, candidate: str, candidate_name: str, options=None,
+         tp_config=None) -> dict:
     """timeline.diff.compare on the two traces (another part of timeline;
     the server offers this job only when it imports)."""
     from ..diff import compare
 
-    report = compare(baseline, candidate, **(options or {}))
+    options = dict(options or {})
+    for key, value in options.items():
+        want = DIFF_OPTIONS.get(key)
+        if want is None:
+            raise ValueError(f"unknown diff option {key!r} (known: {', '.join(DIFF_OPTIONS)})")
+        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+            raise ValueError(f"diff option {key!r} has the wrong type")
+    report = compare(baseline, candidate, tp_config=tp_config, **options)
     out = report.to_json()
     if isinstance(out, str):
         import json

@@ -156,7 +156,10 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
             """Compare two traces of the same workload (e.g. yesterday's run and today's): step
             time, main-thread states, CUDA calls and kernels, and check findings side by side,
             each change with its significance, biggest impact on step time first. Use it to
-            answer "why is this run slower than that one". options: passed to timeline's diff."""
+            answer "why is this run slower than that one". options (all optional): checks (bool,
+            default true: also diff the checks' findings), min_change and min_impact (fractions, default
+            0.05: the smallest change, of the value and of the baseline's step, that may be significant),
+            confidence (default 0.99, of the bootstrap intervals). Returns `timeline diff --format json`."""
             args = {"baseline": resolve(baseline), "baseline_name": baseline, "candidate": resolve(candidate),
                     "candidate_name": candidate, "options": options}
             try:

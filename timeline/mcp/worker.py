@@ -300,9 +300,7 @@ def _load(first: dict):
     """(trace processor, descriptor) of the trace the first request names."""
     from ..commands.query import load_or_fail, open_trace_fd
     from ..identity import invoking_user
-    from ..trace_processor import TraceProcessorConfig
-
-    config = TraceProcessorConfig(engine=first["engine"], bin_path=first["tp_bin"], offline=True)
+    config = _config(first)
     fd = open_trace_fd(first["path"], invoking_user())  # as the invoking user in sudo mode
     try:
         return load_or_fail(first["name"], fd, config), fd
@@ -311,14 +309,20 @@ def _load(first: dict):
         raise
 
 
-def _serve(tp, fd, path: str) -> None:
+def _config(first: dict):
+    from ..trace_processor import TraceProcessorConfig
+
+    return TraceProcessorConfig(engine=first["engine"], bin_path=first["tp_bin"], offline=True)
+
+
+def _serve(tp, fd, path: str, config) -> None:
     from . import jobs
 
     for line in sys.stdin.buffer:
         req = json.loads(line)
         try:
             if req["job"] == "diff":
-                result = jobs.diff(**req["args"])
+                result = jobs.diff(**req["args"], tp_config=config)
             elif tp is None:
                 raise ValueError(f"no trace loaded for {req['job']}")
             elif req["limit_s"]:
@@ -348,7 +352,7 @@ def main() -> None:
             return
     _reply({"ok": "loaded"})
     try:
-        _serve(tp, fd, first["path"])
+        _serve(tp, fd, first["path"], _config(first))
     finally:  # stdin closed: the server let this trace go, or is gone
         if tp is not None:
             tp.close()
