@@ -1,13 +1,13 @@
 """Added step time of the net family on a 2-rank gloo all-reduce (issue 24).
 
-    sudo python bench/net_cost.py [--steps 100] [--mib 4] [--reps 3] [--mode gloo|socket]
+    sudo python bench/net_cost.py [--steps 100] [--mib 4] [--reps 3] [--mode gloo|socket] [--softirq]
 
 Two network namespaces joined by a veth pair (made here, removed at the end),
 rank 0 in one and rank 1 in the other (tests/system/net_job.py): `--steps`
 all-reduces of a `--mib` MiB float32 tensor over gloo (or, with --mode socket,
 the same bytes exchanged over one TCP connection).  Runs alternate
-`record -e sched` (net off) and `record -e sched,net` (net on), `--reps` times
-each; reported: median step time of each, the added share, and the net
+`record -e sched` (net off) and `record -e sched,net` (net on; with --softirq
+also `record -e sched,net --net-softirq`), `--reps` times each; reported: median step time of each, the added share, and the net
 family's records per second of recording (from the recorder's summary).
 """
 from __future__ import annotations
@@ -81,10 +81,10 @@ class BpfTime:
         return out
 
 
-def run(events: str, ns: tuple[str, str], port: int, args, tmp: str) -> tuple[float, float]:
+def run(events: str, extra: list[str], ns: tuple[str, str], port: int, args, tmp: str) -> tuple[float, float]:
     """(mean step seconds over both ranks, net records per second)."""
     out = os.path.join(tmp, f"t{port}.pftrace")
-    cmd = [sys.executable, "-m", "timeline.cli", "record", "-e", events, "-o", out, "--",
+    cmd = [sys.executable, "-m", "timeline.cli", "record", "-e", events, *extra, "-o", out, "--",
            sys.executable, JOB, "launch", *ns, ADDR0, str(port), str(args.steps), str(args.mib), args.mode]
     env = dict(os.environ, PYTHONPATH=REPO, MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="1073741824")
     cp = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -104,38 +104,46 @@ def main() -> None:
     ap.add_argument("--mib", type=float, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mode", choices=("gloo", "socket"), default="gloo")
+    ap.add_argument("--softirq", action="store_true", help="a third arm: net with --net-softirq")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("net_cost: run as root (namespaces, eBPF)")
     ns = (f"tlb{os.getpid()}a", f"tlb{os.getpid()}b")
     try:
         make_namespaces(*ns)
-        off, on, rates, bpf, progs = [], [], [], [], {}
+        off, on, on_sq, rates, bpf, progs = [], [], [], [], [], {}
+        arms = [("sched", [], off), ("sched,net", [], on)]
+        if args.softirq:
+            arms.append(("sched,net", ["--net-softirq"], on_sq))
         subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
         with tempfile.TemporaryDirectory() as tmp:
             port = 29600
             for rep in range(args.reps):
-                for events, into in (("sched", off), ("sched,net", on)):
+                for events, extra, into in arms:
                     port += 1
                     with BpfTime() as t:
-                        step, rate = run(events, ns, port, args, tmp)
+                        step, rate = run(events, extra, ns, port, args, tmp)
                     into.append(step)
-                    if events.endswith("net"):
+                    if events.endswith("net") and not extra:
                         rates.append(rate)
                         bpf.append(t.ns / (args.steps + 1))  # + the warm-up all-reduce (and the setup)
                         for name, prog_ns in t.by_name().items():
                             progs.setdefault(name, []).append(prog_ns / (args.steps + 1))
-                    print(f"rep {rep} {events:10s} step {step * 1e3:8.3f} ms"
+                    print(f"rep {rep} {events + ' ' + ' '.join(extra):24s} step {step * 1e3:8.3f} ms"
                           + (f"  net records/s {rate:,.0f}  BPF {bpf[-1] / 1e3:.1f} us/step"
-                             if events.endswith("net") else ""), flush=True)
+                             if events.endswith("net") and not extra else ""), flush=True)
         a, b = statistics.median(off), statistics.median(on)
         print(f"\n{args.mode} all-reduce {args.mib:g} MiB x {args.steps} steps, {args.reps} reps each")
         print(f"median step: net off {a * 1e3:.3f} ms, net on {b * 1e3:.3f} ms, added {100 * (b - a) / a:+.2f}%")
         print(f"net records per second of recording: median {statistics.median(rates):,.0f}")
         pairs = sorted(b_ / a_ for a_, b_ in zip(off, on))
         print(f"per-rep on/off ratios: {', '.join(f'{r:.3f}' for r in pairs)}")
+        if on_sq:
+            c = statistics.median(on_sq)
+            print(f"median step with --net-softirq {c * 1e3:.3f} ms, added {100 * (c - a) / a:+.2f}%; per-rep ratios: "
+                  + ", ".join(f"{r:.3f}" for r in sorted(c_ / a_ for a_, c_ in zip(off, on_sq))))
         k = statistics.median(bpf)
-        print(f"net programs' kernel time: median {k / 1e3:.1f} us per step (both ranks, all CPUs) = "
+        print(f"net programs' kernel time (without --net-softirq): median {k / 1e3:.1f} us per step (both ranks, all CPUs) = "
               f"{100 * k / (a * 1e9):.2f}% of one CPU-step of {a * 1e3:.3f} ms: "
               + ", ".join(f"{n} {statistics.median(v) / 1e3:.1f}" for n, v in sorted(progs.items())))
     finally:

@@ -249,7 +249,11 @@ CATALOG: tuple[Check, ...] = (
                 P("share_warn", 0.7, "share of the other ranks' waiting time spent on one rank: warning from here",
                   hi=1),
                 P("rounds_warn", 0.6, "share of the other ranks' waits (or of the NCCL rounds) in which one rank was "
-                                      "the last: warning from here", hi=1))),
+                                      "the last: warning from here", hi=1),
+                P("net_rtt_ms", 20.0, "with the net family: a wait no computing rank explains is on the network when "
+                                      "the waiter's connections retransmit or show an RTT this high", lo=0.01),
+                P("net_share_warn", 0.3, "share of all the ranks' waiting time on the network: warning from here",
+                  hi=1))),
     Check(
         "rank_imbalance", "Rank imbalance", ("sched",),
         why="Ranks that do the same work per step should be equally busy; a spread means some ranks idle "

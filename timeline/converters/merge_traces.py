@@ -20,6 +20,14 @@ reader.  Only what timeline's writer emits is rewritten (packet timestamps,
 clock snapshots, ftrace events and compact sched); anything else is kept as
 is.  Track uuids, flow ids and packet sequence ids are made distinct per
 machine so that two inputs cannot collide.
+
+Peer ranks: the net family's connection tracks are named 'net <local> ↔
+<peer> <what>' under the process that owns the socket.  Every input says
+which endpoints its processes own (the locals of their connections) and
+which rank each process is (its 'rank=N' process label), so a connection
+whose peer endpoint one ranked process of the job owns is renamed
+'net <local> ↔ <peer> (rank N) <what>'.  A loopback peer is looked up on the
+same machine only; an endpoint claimed by two ranks is left unlabelled.
 """
 from __future__ import annotations
 
@@ -56,6 +64,9 @@ class Input:
     clocks_lo: int | None = None  # extent of the snapshot clocks that move with BOOTTIME
     clocks_hi: int | None = None
     metadata: dict = field(default_factory=dict)
+    process_tracks: dict = field(default_factory=dict)  # process track uuid -> pid
+    ranks: dict = field(default_factory=dict)           # pid -> rank (its 'rank=N' label)
+    net_tracks: list = field(default_factory=list)      # (local endpoint, parent uuid) of connection tracks
 
     @property
     def realtime_span(self) -> tuple[int, int]:
@@ -87,6 +98,8 @@ def parse(path: str, data: bytes) -> Input:
         pkt = _packet(data, a, b, path)
         if pkt.HasField("clock_snapshot"):
             _note_snapshot(inp, pkt.clock_snapshot)
+        if pkt.HasField("track_descriptor"):
+            _note_track(inp, pkt.track_descriptor)
         if pkt.HasField("chrome_events"):
             for m in pkt.chrome_events.metadata:
                 inp.metadata[m.name] = m.string_value if m.HasField("string_value") else m.int_value
@@ -104,6 +117,63 @@ def parse(path: str, data: bytes) -> Input:
     inp.start, inp.end = (lo, hi) if lo is not None else (inp.boottime, inp.boottime)
     inp.host = str(inp.metadata.get("timeline_host") or "")
     return inp
+
+
+CONN_SEP = " \u2194 "  # 'net <local> ↔ <peer> <what>' (timeline/net/convert.py)
+
+
+def connection(name: str) -> tuple[str, str, str] | None:
+    """(local, peer, what) of a net connection track's name, else None."""
+    if not name.startswith("net ") or CONN_SEP not in name:
+        return None
+    local, rest = name[4:].split(CONN_SEP, 1)
+    peer, _, what = rest.partition(" ")
+    if " " in local or not peer:
+        return None
+    return local, peer, what
+
+
+def _note_track(inp: Input, td) -> None:
+    if td.HasField("process"):
+        inp.process_tracks[td.uuid] = td.process.pid
+        for label in td.process.process_labels:
+            if label.startswith("rank=") and label[5:].isdigit():
+                inp.ranks[td.process.pid] = int(label[5:])
+    conn = connection(td.name) if td.name else None
+    if conn and td.HasField("parent_uuid"):
+        inp.net_tracks.append((conn[0], td.parent_uuid))
+
+
+def _is_loopback(endpoint: str) -> bool:
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host == "::1"
+
+
+def peer_ranks(inputs: list[Input]) -> list[dict[str, int]]:
+    """Per input: peer endpoint -> the rank that owns it, for the endpoints
+    exactly one rank of the job owns (loopback ones on the same machine only)."""
+    owners: dict[tuple[int | None, str], set[int]] = {}
+    for i, inp in enumerate(inputs):
+        for local, parent in inp.net_tracks:
+            rank = inp.ranks.get(inp.process_tracks.get(parent, -1))
+            if rank is not None:
+                owners.setdefault((i if _is_loopback(local) else None, local), set()).add(rank)
+    out = []
+    for i in range(len(inputs)):
+        known = {}
+        for (machine, endpoint), ranks in owners.items():
+            if len(ranks) == 1 and machine in (None, i):
+                known[endpoint] = next(iter(ranks))
+        out.append(known)
+    return out
+
+
+def _label_peer(td, known: dict[str, int]) -> None:
+    conn = connection(td.name)
+    if conn is None or conn[1] not in known:
+        return
+    local, peer, what = conn
+    td.name = f"net {local}{CONN_SEP}{peer} (rank {known[peer]}) {what}".rstrip()
 
 
 def _note_snapshot(inp: Input, snapshot) -> None:
@@ -145,8 +215,11 @@ def _mix(i: int, value: int) -> int:
     return (x ^ (x >> 31)) or 1
 
 
-def _rewrite(pkt: pb.TracePacket, i: int, shift: int, path: str = "") -> None:
-    """Machine i's packet in place: its machine, its sequence, its ids, its times."""
+def _rewrite(pkt: pb.TracePacket, i: int, shift: int, path: str = "", peers: dict[str, int] | None = None) -> None:
+    """Machine i's packet in place: its machine, its sequence, its ids, its times
+    (and its connection tracks' peer ranks)."""
+    if peers and pkt.HasField("track_descriptor") and pkt.track_descriptor.name:
+        _label_peer(pkt.track_descriptor, peers)
     try:
         _rewrite_fields(pkt, i, shift)
     except ValueError:  # protobuf: a shifted time below 0 or past 2^64 (align() checked the common ones)
@@ -250,8 +323,9 @@ def merge(inputs: list[Input], write, machines: list[int] | None = None, ref: In
     first, the reference), or machines[i] (a trace set's chunk: the same
     machine number, and clock reference `ref`, in every chunk).  Returns the bytes written."""
     align(inputs, ref)
+    peers = peer_ranks(inputs)
     total = 0
-    for i, inp in zip(machines or range(len(inputs)), inputs):
+    for k, (i, inp) in enumerate(zip(machines or range(len(inputs)), inputs)):
         # The machine's name where a reader can find it (metadata is per trace, so keyed by machine).
         meta = pb.TracePacket()
         meta.machine_id = i
@@ -265,7 +339,7 @@ def merge(inputs: list[Input], write, machines: list[int] | None = None, ref: In
         chunk = [_frame(meta.SerializeToString())]
         for a, b in packet_spans(inp.data, inp.path):
             pkt = _packet(inp.data, a, b, inp.path)
-            _rewrite(pkt, i, inp.shift, inp.path)
+            _rewrite(pkt, i, inp.shift, inp.path, peers[k])
             chunk.append(_frame(pkt.SerializeToString()))
             if len(chunk) >= 4096:
                 data = b"".join(chunk)

@@ -5,21 +5,34 @@ BPF program net.bpf.c and record layout records.h (mirrored by records.py)
 are beside it; docs/kernel-context.md says what the trace shows."""
 from __future__ import annotations
 
-from ..family import MIB, CheckData, Family, Ring
+from dataclasses import dataclass
+
+from ..family import MIB, CheckData, Family, Ring, option
 from . import kernel_supported, records
+
+
+@dataclass(frozen=True)
+class NetOptions:
+    net_softirq: bool = option(False, "--net-softirq", is_flag=True,
+                               help="net family: also NET_RX/NET_TX softirq time per CPU (a probe on every "
+                                    "softirq of the machine, most of the family's cost; off by default).")
 
 NET = Family(
     name="net",
     help="socket bytes/calls per thread and connection (10 ms buckets), TCP retransmits, state changes "
-         "and RTT of the recorded threads' connections, NET_RX/NET_TX softirq time per CPU (Linux >= 6.3)",
+         "and RTT of the recorded threads' connections; NET_RX/NET_TX softirq time per CPU with --net-softirq "
+         "(Linux >= 6.3)",
     rings=(Ring(records.RING_NET, records.NET_EVENT, "tl_net_event", records.NetKind, "net_ring", MIB,
                 header="net/records.h"),),
     bpf_object="net.bpf.o",
-    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_probe", "tl_net_state",
-              "tl_net_softirq_entry", "tl_net_softirq_exit"),
+    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_probe", "tl_net_state"),
+    # the softirq accounting, attached by the plugin with --net-softirq only
+    plugin_programs=("tl_net_softirq_entry", "tl_net_softirq_exit"),
+    options=NetOptions,
     requires="Linux >= 6.3 (sock_send_length/sock_recv_length tracepoints, BTF tracepoints)",
     supported=kernel_supported,
-    # opt-in (-e ...,net) until measured on more jobs than bench/net_cost.py's
+    # opt-in (-e ...,net): even without the softirq probes its programs took ~2% of one CPU-step of
+    # bench/net_cost.py's job (docs/benchmarks.md); ≤ 1% not shown
     default_on=False,
     plugin="timeline.net.plugin:NetPlugin",
     converters=("timeline.net.convert:NetConverter",),

@@ -266,9 +266,13 @@ int BPF_PROG(tl_net_state, const struct sock *sk, const int oldstate, const int 
 	struct net_sock mine = { .tid = tid, .tgid = id >> 32 };
 
 	if (!s) {
-		/* connect(), listen() or close() by a tracked thread: a new
-		 * connection to follow (accepted ones join at their first call). */
-		if (!tl_is_tracked(tid) || newstate == TCP_CLOSE_STATE)
+		/* connect() or listen() by a tracked thread: a new connection to
+		 * follow (accepted ones join at their first call).  Only those two,
+		 * which run in the caller's context: other changes (a handshake
+		 * completing, a FIN arriving) run in softirq on whatever thread
+		 * the CPU was on, often a tracked sender on the same host, which
+		 * would claim another process's socket. */
+		if (!tl_is_tracked(tid) || (newstate != TCP_SYN_SENT && newstate != TCP_LISTEN))
 			return 0;
 		bpf_map_update_elem(&net_socks, &key, &mine, BPF_ANY);
 		s = &mine;

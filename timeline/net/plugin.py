@@ -3,7 +3,9 @@
 net.bpf.c writes a (thread, socket) pair's counts, and a CPU's softirq sums,
 when the next activity falls in a later bucket; whatever was counted since a
 pair's last bucket is still in the maps when recording stops, so stop() reads
-them and writes them as records of the same ring."""
+them and writes them as records of the same ring.  The softirq accounting
+is attached here, with --net-softirq only: it probes every softirq of the
+machine (timers, RCU, scheduler too), most of the family's cost."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +22,12 @@ def _open(rows: np.ndarray) -> np.ndarray:
 
 class NetPlugin(RecorderPlugin):
     family = "net"
+
+    def before_launch(self, ctx) -> None:
+        obj = ctx.session.objects.get("net")
+        if obj is not None and self.options is not None and self.options.net_softirq:
+            for prog in ("tl_net_softirq_entry", "tl_net_softirq_exit"):
+                obj.attach(prog)
 
     def stop(self, ctx) -> None:
         obj = ctx.session.objects.get("net")
