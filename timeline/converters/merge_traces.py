@@ -325,7 +325,7 @@ def merge(inputs: list[Input], write, machines: list[int] | None = None, ref: In
     align(inputs, ref)
     peers = peer_ranks(inputs)
     total = 0
-    for k, (i, inp) in enumerate(zip(machines or range(len(inputs)), inputs)):
+    for n, (i, inp) in enumerate(zip(machines or range(len(inputs)), inputs)):
         # The machine's name where a reader can find it (metadata is per trace, so keyed by machine).
         meta = pb.TracePacket()
         meta.machine_id = i
@@ -339,7 +339,7 @@ def merge(inputs: list[Input], write, machines: list[int] | None = None, ref: In
         chunk = [_frame(meta.SerializeToString())]
         for a, b in packet_spans(inp.data, inp.path):
             pkt = _packet(inp.data, a, b, inp.path)
-            _rewrite(pkt, i, inp.shift, inp.path, peers[k])
+            _rewrite(pkt, i, inp.shift, inp.path, peers[n])
             chunk.append(_frame(pkt.SerializeToString()))
             if len(chunk) >= 4096:
                 data = b"".join(chunk)
