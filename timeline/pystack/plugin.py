@@ -6,8 +6,8 @@
   forked child gets its parent's entry in BPF at once (tl_py_fork).  A
   process whose interpreter is not mapped yet (the dynamic loader is still
   at work right after exec) is looked at again a few times.
-- CUDA runtime and NCCL libraries get the tl_py_call uprobe on their
-  synchronizing calls (probes.py): the copies the target will likely load
+- CUDA runtime, driver and NCCL libraries get the tl_py_call uprobe on
+  their synchronizing calls, collectives and launches (probes.py): the copies the target will likely load
   (the cuda family's discovery), --cuda-lib, and copies that show up in a
   Python process's mappings later (re-read when its VmLib changes).
 - A thread of its own waits on the py_stacks ring (BPF wakes it for each new
@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import safe_input
 from ..cuda import discovery as dsc
-from ..cuda.probes import NCCL, RUNTIME
+from ..cuda.probes import DRIVER, NCCL, RUNTIME
 from ..cuda.symbols import ElfSymbols
 from ..libbpf import BPFError
 from ..recorder_plugins import RecorderContext, RecorderPlugin
@@ -46,7 +46,7 @@ from .sampling import Sampler
 from .symbolize import CodeReader
 
 STATS = ("walks", "no_state", "no_frame", "truncated", "faults", "stacks", "stacks_lost", "waits",
-         "short_waits", "walk_ns", "frames")  # pystack.bpf.c ST_*
+         "short_waits", "walk_ns", "frames", "launches", "nested_launches")  # pystack.bpf.c ST_*
 # looks at a process whose interpreter is not mapped yet (the dynamic loader maps libpython
 # within a millisecond or two of exec); a non-Python process costs these few reads
 RETRY_S = (0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
@@ -103,18 +103,21 @@ class PyStackPlugin(RecorderPlugin):
         self.error: str | None = None
         self.sampler: Sampler | None = None
         self.sample_error: str | None = None
+        # libraries probed: the driver's only for its launches
+        self.apis = (RUNTIME, NCCL, DRIVER) if options.py_launch_every else (RUNTIME, NCCL)
 
     # -- hooks ----------------------------------------------------------------
     def header(self) -> dict:
         return {"pystack": {"probes": probes.table(), "max_frames": R.PY_MAX_FRAMES,
-                            "sample_hz": self.options.py_sample_hz}}
+                            "sample_hz": self.options.py_sample_hz, "launch_every": self.options.py_launch_every}}
 
     def before_launch(self, ctx: RecorderContext) -> None:
         self._ctx = ctx
         self.obj = ctx.session.objects["pystack"]
         # TIMELINE_PYSTACK_NO_CHUNK=1: read each frame on its own (bench/pystack_cost.py compares)
-        settings = struct.pack("<QI4x", self.options.py_wait_min_us * 1000,
-                               int(os.environ.get("TIMELINE_PYSTACK_NO_CHUNK", "0") == "1"))
+        settings = struct.pack("<QII", self.options.py_wait_min_us * 1000,
+                               int(os.environ.get("TIMELINE_PYSTACK_NO_CHUNK", "0") == "1"),
+                               self.options.py_launch_every)
         self.obj.map("py_settings").update(struct.pack("<I", 0), settings)
         stacks = self.obj.map("py_stacks")
         self.reader = RingReader(stacks.fd, stacks.max_entries, R.PY_STACK)
@@ -124,7 +127,7 @@ class PyStackPlugin(RecorderPlugin):
         paths = list(options_of(self.cfg, "cuda").cuda_libs) if "cuda" in ctx.session.objects else []
         if self.cfg.command:
             paths += [p for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"), self.user)
-                      if dsc.lib_api(p) in (RUNTIME, NCCL)]
+                      if dsc.lib_api(p) in self.apis]
         for p in paths:
             self._attach_lib(os.path.abspath(p))
         if self.options.py_sample_hz:
@@ -298,7 +301,7 @@ class PyStackPlugin(RecorderPlugin):
     # -- CUDA libraries -----------------------------------------------------------
     def _attach_maps(self, pid: int, maps) -> None:
         for m in maps:
-            if dsc.lib_api(m.path) not in (RUNTIME, NCCL) or (m.dev, m.inode) in self.mapped_libs:
+            if dsc.lib_api(m.path) not in self.apis or (m.dev, m.inode) in self.mapped_libs:
                 continue
             self.mapped_libs.add((m.dev, m.inode))
             # as the process sees it (its own mount namespace), and only the mapped file
@@ -331,17 +334,18 @@ class PyStackPlugin(RecorderPlugin):
             os.close(fd)
 
     def _attach_lib_fd(self, path: str, fd: int) -> None:
+        wanted = [p for p in probes.STACK_PROBES if self.options.py_launch_every or not p.launch]
         try:
-            offsets = ElfSymbols(path, fd).exports(p.name for p in probes.STACK_PROBES)  # bounded read
+            offsets = ElfSymbols(path, fd).exports(p.name for p in wanted)  # bounded read
         except Exception as e:  # not an ELF file we can read
             self.lib_errors.append(f"{path}: {e}")
             return
         plan, seen = [], set()
-        for p in probes.STACK_PROBES:
+        for p in wanted:
             off = offsets.get(p.name)
             if off is not None and off not in seen:
                 seen.add(off)
-                plan.append((off, p.id))
+                plan.append((off, probes.cookie(p)))
         if not plan:
             return
         errors = attach.attach(self.obj, safe_input.fd_name(fd), plan)  # the file held, whatever `path` names now

@@ -3,8 +3,10 @@
  * Python call stacks of the recorded threads (the `pystack` family).
  *
  * Where a stack is taken:
- *   tl_py_call    uprobe on CUDA synchronizing calls (attached by the plugin,
- *                 cookie = the cuda family's probe id): one TL_PY_CALL record.
+ *   tl_py_call    uprobe on CUDA synchronizing calls and launches (attached
+ *                 by the plugin, cookie = the cuda family's probe id and
+ *                 TL_PY_CK_* flags): one TL_PY_CALL record; a launch only
+ *                 every launch_every-th of its thread (struct py_launches).
  *   tl_py_switch  sched_switch: a recorded thread that blocks (S or D) has
  *                 its stack taken; when it runs again one TL_PY_WAIT record
  *                 covers the wait (if it lasted min_wait_ns).
@@ -59,12 +61,29 @@ const volatile struct tl_py_stack tl_py_stack_layout = {};
 #define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
 #define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns */
 #define ST_FRAMES 10       /* frames walked */
-#define NSTATS 11
+#define ST_LAUNCHES 11     /* launches seen (recorded Python processes) */
+#define ST_NESTED 12       /* driver launches inside a runtime launch: not counted */
+#define NSTATS 13
+
+/* An entry-only runtime launch has no return to clear: a driver launch deeper
+ * on the stack in the same or the next tick (1-10 ms, as HZ is) counts as
+ * made inside it (as the cuda family decides with 2 ms, cuda.bpf.c
+ * pending_window_ns). */
+#define NESTED_WINDOW_TICKS 1
 
 struct py_settings {
 	__u64 min_wait_ns;
 	__u32 no_chunk;    /* read each frame on its own (for comparisons) */
-	__u32 pad;
+	__u32 launch_every; /* a stack at every Nth launch of a thread; 0: none */
+};
+
+/* A thread's launch counter, small task storage of its own: most launches
+ * only count, and must not make the walk's scratch space exist. */
+struct py_launches {
+	__u64 left;        /* launches to pass over before the next stack */
+	__u64 rt_sp;       /* the last runtime launch's stack pointer at entry, */
+	__u64 rt_jiffies;  /* and when it was, in ticks (a fraction of a clock
+			    * read's cost) */
 };
 
 struct py_thread {
@@ -157,6 +176,13 @@ struct {
 	__type(key, int);
 	__type(value, struct py_task);
 } py_task SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct py_launches);
+} py_launch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -585,28 +611,77 @@ static __always_inline void emit(__u8 kind, __u64 ts, __u64 dur, __u64 stack, __
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* Is this launch one whose stack is taken: the thread's 1st, N+1st, 2N+1st
+ * ... (N = launch_every)?  Most launches stop here, so this comes first and
+ * is cheap: the thread's counter exists only once the thread was seen to be
+ * a recorded thread of a Python process (the other checks cost two hash
+ * lookups).  A driver launch inside a runtime launch of the same thread is
+ * not a launch of its own: not counted. */
+static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *task, __u32 ck)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32, zero = 0;
+	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
+	struct py_launches *l;
+	__u64 every = set ? set->launch_every : 0;
+
+	if (!every)
+		return false;
+	l = bpf_task_storage_get(&py_launch, task, 0, 0);
+	if (!l) {
+		if (!tl_is_tracked(tid) || !bpf_map_lookup_elem(&py_procs, &tgid))
+			return false;
+		l = bpf_task_storage_get(&py_launch, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!l)
+			return false;
+	}
+	if (ck & TL_PY_CK_DRIVER) {
+		if (ctx->sp < l->rt_sp && bpf_jiffies64() - l->rt_jiffies <= NESTED_WINDOW_TICKS) {
+			stat(ST_NESTED);
+			return false;
+		}
+	} else {
+		l->rt_sp = ctx->sp;
+		l->rt_jiffies = bpf_jiffies64();
+	}
+	stat(ST_LAUNCHES);
+	if (l->left) {
+		l->left--;
+		return false;
+	}
+	l->left = every - 1;
+	return true;
+}
+
 SEC("uprobe")
 int tl_py_call(struct pt_regs *ctx)
 {
-	__u64 ts = bpf_ktime_get_boot_ns(), id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id, tgid = id >> 32;
-	struct task_struct *task;
+	__u32 ck = (__u32)bpf_get_attach_cookie(ctx), tid, tgid;
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct tl_py_proc *p;
 	struct py_task *t;
-	__u64 stack;
+	__u64 stack, ts, id;
 	__u8 flags = 0;
 
+	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck))
+		return 0;
+	ts = bpf_ktime_get_boot_ns();
+	id = bpf_get_current_pid_tgid();
+	tid = (__u32)id;
+	tgid = id >> 32;
 	if (!tl_is_tracked(tid))
 		return 0;
 	p = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!p)
 		return 0;
-	task = bpf_get_current_task_btf();
 	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
 	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
-	emit(TL_PY_CALL, ts, 0, stack, tid, tgid, (__u32)bpf_get_attach_cookie(ctx), flags);
+	/* dur: how long the walk took.  The cuda family's program for the same
+	 * hit stamps its slice before this one began or after it ended, never
+	 * later than that by much: the converter joins them so. */
+	emit(TL_PY_CALL, ts, bpf_ktime_get_boot_ns() - ts, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags);
 	return 0;
 }
 
