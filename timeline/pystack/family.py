@@ -20,7 +20,7 @@ class PyStackOptions:
                                  metavar="US",
                                  help="pystack family: a recorded Python thread's wait (sleep or block) gets a "
                                       "slice with its Python stack when it lasts at least this long.")
-    py_launch_every: int = option(16, "--py-launch-every", type=click.IntRange(0, 2 ** 32 - 1), show_default=True,
+    py_launch_every: int = option(32, "--py-launch-every", type=click.IntRange(0, 2 ** 32 - 1), show_default=True,
                                   metavar="N",
                                   help="pystack family: take the Python stack of every Nth kernel or graph launch "
                                        "of each thread (its 1st, N+1st, ...), shown on the launch's slice; "

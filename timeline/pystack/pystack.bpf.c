@@ -114,7 +114,18 @@ struct code_slot {
  * frame stack read at once (most frames then cost no read of their own).
  * The chunk buffer has a window's room past TL_PY_CHUNK so that a frame
  * at any offset below TL_PY_CHUNK can be read from it. */
+struct walk_state {
+	__u64 lo, hi;      /* [lo, hi) of the frame stack is in chunk */
+	__u64 f;           /* the next frame */
+	__u64 h;           /* the stack's hash so far */
+	__u32 tgid, gen, epoch;
+	__u32 depth;
+	__u8 flags;
+	__u8 pad[7];
+};
+
 struct py_scratch {
+	struct walk_state w;
 	struct code_slot codes[CODE_SLOTS];
 	struct tl_py_stack st;
 	__u8 fwin[TL_PY_WINDOW];
@@ -362,22 +373,23 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 	return w.found;
 }
 
+/* A frame walk's state lives in the scratch space (map memory), the
+ * bpf_loop callback's context holds only the two pointers: the verifier
+ * tracks a scalar on the stack exactly (depth 0, 1, 2 ... would each be a
+ * state of their own, 0.25 M instructions verified per program, a second
+ * of CPU at every start) and one in map memory as any value (the callback
+ * is verified in a few passes). */
 struct frame_walk {
 	struct tl_py_proc *p;
 	struct py_scratch *t;
-	__u32 tgid, gen, epoch;
-	__u64 lo, hi;      /* [lo, hi) of the frame stack is in t->chunk */
-	__u64 f;
-	__u64 h;
-	__u32 depth;
-	__u8 flags;
 };
 
 static long frame_step(__u64 i, void *data)
 {
-	struct frame_walk *w = data;
-	struct tl_py_proc *p = w->p;
-	struct py_scratch *t = w->t;
+	struct frame_walk *fw = data;
+	struct tl_py_proc *p = fw->p;
+	struct py_scratch *t = fw->t;
+	struct walk_state *w = &t->w;
 	__u64 code, prev, ident, name, filename, instr;
 	__u32 off, firstlineno, check, depth = w->depth;
 	struct code_slot *slot = NULL;
@@ -487,22 +499,26 @@ have_check:;
 static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
 				  __u8 *flags)
 {
-	struct frame_walk w = {};
+	struct frame_walk fw = {.p = p, .t = t};
+	struct walk_state *w = &t->w;
+	__u64 f;
 	int err = 0;
 
-	w.f = read_u64(tstate + p->ts_frame, &err);
-	if (!err && w.f && p->cframe_frame != TL_PY_NONE)
-		w.f = read_u64(w.f + p->cframe_frame, &err);
+	f = read_u64(tstate + p->ts_frame, &err);
+	if (!err && f && p->cframe_frame != TL_PY_NONE)
+		f = read_u64(f + p->cframe_frame, &err);
 	if (err) {
 		*flags |= TL_PYF_FAULT;
 		return 0;
 	}
-	w.p = p;
-	w.t = t;
-	w.tgid = tgid;
-	w.gen = p->gen;
-	w.epoch = p->frees;
-	w.h = 0xCBF29CE484222325ULL;
+	w->f = f;
+	w->lo = w->hi = 0;
+	w->tgid = tgid;
+	w->gen = p->gen;
+	w->epoch = p->frees;
+	w->h = 0xCBF29CE484222325ULL;
+	w->depth = 0;
+	w->flags = 0;
 	__u32 zero = 0;
 	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
 
@@ -517,22 +533,22 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 				lo = hi - TL_PY_CHUNK;
 			n = hi - lo;
 			if (hi > lo && n <= TL_PY_CHUNK && !bpf_probe_read_user(t->chunk, n, (void *)lo)) {
-				w.lo = lo;
-				w.hi = hi;
+				w->lo = lo;
+				w->hi = hi;
 			}
 		}
 	}
-	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &w, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w.f)
-		w.flags |= TL_PYF_TRUNC;
-	*flags |= w.flags;
-	if (!w.depth) {
+	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &fw, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w->f)
+		w->flags |= TL_PYF_TRUNC;
+	*flags |= w->flags;
+	if (!w->depth) {
 		if (!(*flags & TL_PYF_FAULT))
 			*flags |= TL_PYF_NO_FRAME;
 		return 0;
 	}
-	t->st.depth = w.depth;
-	stat_add(ST_FRAMES, w.depth);
-	return w.h ? w.h : 1;
+	t->st.depth = w->depth;
+	stat_add(ST_FRAMES, w->depth);
+	return w->h ? w->h : 1;
 }
 
 static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
