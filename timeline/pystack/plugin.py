@@ -57,6 +57,7 @@ UNRESOLVED = "<unresolved>"
 # samples but their frames are not read (a target making endless new stacks
 # cannot make the recorder read its memory without end).
 MAX_STACKS = 200_000
+STACKS_WRITE_EVERY = 0.25  # s between py_stacks META blocks (stacks are named at once, written in batches)
 
 
 class _Proc:
@@ -93,6 +94,9 @@ class PyStackPlugin(RecorderPlugin):
         self.gen = 0                              # py_procs entries written (their `gen`)
         self.code_free: dict[tuple[str, int], bool] = {}  # interpreter file -> code_dealloc probed
         self.n_stacks = 0
+        self._frames_out: list = []               # named, not written yet (stack thread)
+        self._stacks_out: list = []
+        self._next_write = 0.0
         self.n_unresolved = 0
         self.obj = None
         self.reader: RingReader | None = None
@@ -149,6 +153,7 @@ class PyStackPlugin(RecorderPlugin):
         if self._thread is not None:
             self._thread.join()
         self._drain_stacks()  # the last ones: their processes may be gone (then unresolved)
+        self._write_stacks()
         if self.reader is not None:
             self.reader.close()
         with self.lock:
@@ -367,7 +372,13 @@ class PyStackPlugin(RecorderPlugin):
                         os.eventfd_read(self._wake_fd)
                 self._drain_stacks()
                 now = time.monotonic()
-                timeout = max(self._due(now) - now, 0.0)
+                if now >= self._next_write:
+                    self._write_stacks()
+                    self._next_write = now + STACKS_WRITE_EVERY
+                nxt = self._due(now)
+                if self._stacks_out:
+                    nxt = min(nxt, self._next_write)
+                timeout = max(nxt - now, 0.0)
         except Exception as e:  # never the recording's end: said in the summary
             self.error = f"{type(e).__name__}: {e}"
         finally:
@@ -402,9 +413,17 @@ class PyStackPlugin(RecorderPlugin):
                     ids.append(idx)
                 stacks.append([pid, f"{int(rec['stack_id']):x}", int(rec["flags"]), ids])
         self.n_stacks += len(stacks)
-        if self._ctx is not None and stacks:
-            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "frames": new_frames,
-                                  "stacks": stacks})
+        self._frames_out += new_frames
+        self._stacks_out += stacks
+
+    def _write_stacks(self) -> None:
+        """The stacks named since the last write, as one META block (start-up
+        makes hundreds of new stacks a second: one block each cost more than
+        naming them)."""
+        if self._ctx is not None and self._stacks_out:
+            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "frames": self._frames_out,
+                                  "stacks": self._stacks_out})
+        self._frames_out, self._stacks_out = [], []
 
     def _reader(self, pid: int) -> CodeReader | None:
         st = self.procs.get(pid)
