@@ -57,14 +57,16 @@ UNRESOLVED = "<unresolved>"
 # samples but their frames are not read (a target making endless new stacks
 # cannot make the recorder read its memory without end).
 MAX_STACKS = 200_000
+BPF_EXIST = 2
 STACKS_WRITE_EVERY = 0.25  # s between py_stacks META blocks (stacks are named at once, written in batches)
 
 
 class _Proc:
-    __slots__ = ("gen", "interp", "reader", "tries", "next_try", "status_fd", "vmlib", "next_vmlib", "done")
+    __slots__ = ("gen", "interp", "reader", "tries", "next_try", "status_fd", "vmlib", "next_vmlib", "done",
+                 "code_link")
 
     def __init__(self, gen: int):
-        self.gen, self.interp, self.reader = gen, None, None
+        self.gen, self.interp, self.reader, self.code_link = gen, None, None, None
         self.tries, self.next_try, self.done = 0, 0.0, False
         self.status_fd, self.vmlib, self.next_vmlib = -1, None, 0.0
 
@@ -92,7 +94,8 @@ class PyStackPlugin(RecorderPlugin):
         self.lib_errors: list[str] = []
         self.frame_ids: dict[tuple[str, str, int], int] = {}
         self.gen = 0                              # py_procs entries written (their `gen`)
-        self.code_free: dict[tuple[str, int], bool] = {}  # interpreter file -> code_dealloc probed
+        self.dead_links: list = []                # code_dealloc links of processes gone: the stack thread closes
+                                                  # them (a link's end waits for an RCU grace period)
         self.n_stacks = 0
         self._frames_out: list = []               # named, not written yet (stack thread)
         self._stacks_out: list = []
@@ -220,6 +223,9 @@ class PyStackPlugin(RecorderPlugin):
         st = self.procs.pop(pid, None)
         if st is not None:
             st.close()
+            if st.code_link is not None:
+                self.dead_links.append(st.code_link)
+                st.code_link = None
             if st.interp is not None and bpf:
                 try:
                     self.obj.map("py_procs").delete(struct.pack("<I", pid))
@@ -248,9 +254,8 @@ class PyStackPlugin(RecorderPlugin):
         st.interp = it
         st.reader = CodeReader(ProcessMemory(pid), it.layout, it.code_type)
         self.gen += 1
-        try:
-            config = it.layout.bpf_config(it.runtime, self.gen, self._probe_code_free(pid, it))
-            self.obj.map("py_procs").update(struct.pack("<I", pid), config)
+        try:  # walkable at once; the code cache once code_dealloc is probed (below)
+            self.obj.map("py_procs").update(struct.pack("<I", pid), it.layout.bpf_config(it.runtime, self.gen, False))
         except (BPFError, ValueError) as e:
             self.unsupported.setdefault(f"{it.path}: {e}", {})[pid] = True
             st.interp = None
@@ -260,6 +265,12 @@ class PyStackPlugin(RecorderPlugin):
         if self._ctx is not None:
             self._ctx.write_meta({"type": "py_procs", "ts": self._ctx.now_ns(), "processes": [found]})
         self._attach_maps(pid, maps)
+        if self._probe_code_free(pid, st, it):
+            try:
+                self.obj.map("py_procs").update(struct.pack("<I", pid),  # BPF_EXIST: not if it exec'd since
+                                                it.layout.bpf_config(it.runtime, self.gen, True), BPF_EXIST)
+            except BPFError:
+                pass
         st.next_vmlib = now + VMLIB_EVERY
 
     def _watch_libs(self, pid: int, st: _Proc, now: float) -> None:
@@ -283,25 +294,32 @@ class PyStackPlugin(RecorderPlugin):
             if maps is not None:
                 self._attach_maps(pid, maps)
 
-    def _probe_code_free(self, pid: int, it) -> bool:
-        """Is code_dealloc of this interpreter's file probed (attached now if not)?
-        Then BPF may cache code objects' checksums (py_codes)."""
+    def _probe_code_free(self, pid: int, st: _Proc, it) -> bool:
+        """Probe code_dealloc of this interpreter's file for this process (attached now,
+        filtered by pid).  Then BPF may cache its code objects' checksums."""
         if it.code_free is None:
             return False
-        ok = self.code_free.get(it.file_key)
-        if ok is None:
+        if st.code_link is None:
             fd = self._open_lib(dsc.root_path(pid, it.path), inode=it.file_key[1], resolve=False)
-            ok = False
-            if fd is not None:
-                try:  # on the file held open: a name swapped meanwhile changes nothing
-                    self.obj.attach_uprobe("tl_py_code_free", safe_input.fd_name(fd), offset=it.code_free)
-                    ok = True
-                except BPFError:
-                    pass
-                finally:
-                    os.close(fd)
-            self.code_free[it.file_key] = ok
-        return ok
+            if fd is None:
+                return False
+            try:  # on the file held open: a name swapped meanwhile changes nothing
+                st.code_link = attach.code_free(self.obj, safe_input.fd_name(fd), it.code_free, pid)
+            except BPFError:
+                return False
+            finally:
+                os.close(fd)
+        return True
+
+    def _close_dead_links(self) -> None:
+        with self.lock:
+            dead, self.dead_links = self.dead_links, []
+        for link in dead:
+            link.destroy()
+            try:
+                self.obj.links.remove(link)
+            except ValueError:
+                pass
 
     # -- CUDA libraries -----------------------------------------------------------
     def _attach_maps(self, pid: int, maps) -> None:
@@ -371,6 +389,8 @@ class PyStackPlugin(RecorderPlugin):
                     if f == self._wake_fd:
                         os.eventfd_read(self._wake_fd)
                 self._drain_stacks()
+                if self.dead_links:
+                    self._close_dead_links()
                 now = time.monotonic()
                 if now >= self._next_write:
                     self._write_stacks()

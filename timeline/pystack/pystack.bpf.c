@@ -794,13 +794,18 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(tl_py_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid, ctgid = child->tgid;
-	struct tl_py_proc *p;
+	struct tl_py_proc *p, copy;
 
 	if (ptgid == ctgid)
 		return 0;  /* a thread */
 	p = bpf_map_lookup_elem(&py_procs, &ptgid);
-	if (p)
-		bpf_map_update_elem(&py_procs, &ctgid, p, BPF_ANY);
+	if (!p)
+		return 0;
+	/* Not its parent's code cache: code_dealloc is probed per process (the
+	 * plugin attaches the child's when it looks at it and turns it on). */
+	copy = *p;
+	copy.code_cache = 0;
+	bpf_map_update_elem(&py_procs, &ctgid, &copy, BPF_ANY);
 	return 0;
 }
 
