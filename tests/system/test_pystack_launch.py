@@ -9,7 +9,6 @@ the other launch slices have none.
 """
 import json
 import os
-import shlex
 import sys
 
 import numpy as np

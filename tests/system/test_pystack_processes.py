@@ -74,8 +74,7 @@ def test_worker_process_stacks(tmp_path, how):
 def test_deep_recursion_is_cut_and_marked(tmp_path):
     cp, out, tp = record(tmp_path, "deep", extra=("--py-sample-hz", "0"))  # the wait's stack as a sample
     try:
-        allw = waits(tp, f"t.tid = {out['tid']}"); print("ALLW", allw)
-        rows = [r for r in allw if " recurse \u2190 " in r["py"]]
+        rows = [r for r in waits(tp, f"t.tid = {out['tid']}") if " recurse \u2190 " in r["py"]]
         assert len(rows) == 1 and rows[0]["dur"] >= 0.15e9, rows
         text = rows[0]["py"]
         assert text.startswith(f"pystack_workers.py:{block_line()} block \u2190 ")
