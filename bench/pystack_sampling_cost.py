@@ -57,7 +57,7 @@ print("end", flush=True)
 
 
 def one(cmd: list[str]) -> dict:
-    p = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     watch, seen = ProgWatch(p.pid), {}
     t0 = rec0 = None
     bpf0: dict = {}
@@ -67,7 +67,10 @@ def one(cmd: list[str]) -> dict:
         watch.rescan()
         watch.read()
         rec = thread_ns(p.pid, seen)
-        buf += p.stdout.read() or ""
+        try:
+            buf += os.read(p.stdout.fileno(), 4096).decode()
+        except BlockingIOError:
+            pass
         if t0 is None and "start" in buf:
             t0, rec0, bpf0 = time.perf_counter(), rec, dict(watch.stats)
         if t0 is not None and "end" in buf:
