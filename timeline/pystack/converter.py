@@ -105,11 +105,19 @@ class PyStackConverter(FamilyConverter):
         out = np.full(len(ids), -1, np.int64)
         if not keys.size:
             return out
-        q = np.zeros(len(ids), keys.dtype)
-        q["pid"], q["id"] = pids, ids
-        pos = np.minimum(np.searchsorted(keys, q), keys.size - 1)
-        hit = keys[pos] == q
-        out[hit] = vals[pos[hit]]
+        # per process, a search of plain uint64 ids (numpy searches a structured
+        # array with a generic compare: 0.8 s for 1M samples, most of their conversion)
+        kpid, kid = np.ascontiguousarray(keys["pid"]), np.ascontiguousarray(keys["id"])
+        pids, ids = np.asarray(pids, np.int64), np.asarray(ids, np.uint64)
+        for p in np.unique(pids).tolist():
+            lo, hi = np.searchsorted(kpid, p, "left"), np.searchsorted(kpid, p, "right")
+            if lo == hi:
+                continue
+            rows = np.flatnonzero(pids == p)
+            q = ids[rows]
+            pos = np.minimum(np.searchsorted(kid[lo:hi], q), hi - lo - 1)
+            hit = kid[lo:hi][pos] == q
+            out[rows[hit]] = vals[lo:hi][pos[hit]]
         return out
 
     def _text(self, s: int) -> str:
@@ -156,8 +164,9 @@ class PyStackConverter(FamilyConverter):
             kinds |= recs["kind"] == R.PY_WAIT
         known = np.flatnonzero((stacks >= 0) & kinds)
         if known.size and self.callstacks:
-            r = recs[known]
-            sink.stack_samples(r["ts"], r["tid"], r["tgid"], stacks[known], self.callstacks, self.frames)
+            # field by field: no copy of the 40-byte records
+            sink.stack_samples(recs["ts"][known], recs["tid"][known], recs["tgid"][known], stacks[known],
+                               self.callstacks, self.frames)
 
     def slice_args(self, ts, dur, tid, name) -> list:
         """`py` on the CUDA call slices whose stack was taken at their entry:
