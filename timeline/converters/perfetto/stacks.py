@@ -4,12 +4,13 @@ Frames, function names, source paths and callstacks are interned on a
 packet sequence of their own (InternedData fields 5, 18, 6, 7; one
 Mapping, 19, that every frame names, since trace_processor resolves a
 frame's mapping); a sample is then a timestamp, pid, tid and callstack id.
-Timestamps are deltas in microseconds on an incremental clock of the
+Timestamps are deltas in nanoseconds on an incremental clock of the
 sequence (ClockSnapshot: clock 64, is_incremental, anchored to BOOTTIME;
 TracePacketDefaults.timestamp_clock_id makes it every packet's clock), so
-a sample 10 ms after the last costs 2 bytes of time, not 7; only the first
-packet carries sequence flags.  A repeated stack: 16-19 bytes a sample
-(pid and tid of 2-3 bytes each), 25-26 before.  trace_processor (v52 and later)
+a sample 10 ms after the last costs 4 bytes of time, not 7, and keeps the
+exact time of the call or wait it was taken at (a query joins them on it);
+only the first packet carries sequence flags.  A repeated stack: 20-21
+bytes a sample (pid and tid of 2-3 bytes each), 25-26 before.  trace_processor (v52 and later)
 fills perf_sample / stack_profile_callsite / stack_profile_frame; the UI
 shows per-thread sample tracks and a flame graph for an area selection.
 Frame.source_path_iid and line_number (fields 5, 6) are newer than v52:
@@ -34,8 +35,8 @@ PKT_CLOCK_SNAPSHOT = pb.TracePacket.CLOCK_SNAPSHOT_FIELD_NUMBER
 PKT_DEFAULTS = pb.TracePacket.TRACE_PACKET_DEFAULTS_FIELD_NUMBER
 _CS, _CK = pb.ClockSnapshot, pb.ClockSnapshot.Clock
 CLOCK_BOOTTIME = 6            # builtin clock ids (the trace's own clock)
-CLOCK_SAMPLES = 64            # sequence-scoped, incremental: microseconds since the sequence's last packet
-CLOCK_UNIT_NS = 1000
+CLOCK_SAMPLES = 64            # sequence-scoped, incremental: time since the sequence's last packet
+CLOCK_UNIT_NS = 1              # nanoseconds: a sample keeps the exact time of the call or wait it was taken at
 _I = pb.InternedData
 I_FUNCTION_NAMES, I_FRAMES, I_CALLSTACKS = (_I.FUNCTION_NAMES_FIELD_NUMBER, _I.FRAMES_FIELD_NUMBER,
                                             _I.CALLSTACKS_FIELD_NUMBER)
@@ -61,7 +62,7 @@ class StackSamples:
         self._stacks: dict[tuple, int] = {}
         self._first = True
         self._tail = f_varint(PKT_SEQUENCE_ID, SEQ_ID_STACKS)
-        self._clock: int | None = None  # the incremental clock's value (us) after the last sample written
+        self._clock: int | None = None  # the incremental clock's value after the last sample written
 
     def _string(self, field: int, s: str, out: bytearray) -> int:
         table = self._strings[field]
@@ -119,9 +120,9 @@ class StackSamples:
         self._first = False
         order = np.argsort(ts, kind="stable")  # deltas are unsigned: in time order
         ts, tid, pid, stack = ts[order], tid[order], pid[order], stack[order]
-        us = ts // CLOCK_UNIT_NS
-        if self._clock is None or us[0] < self._clock:  # (re)anchor the clock at this batch's first sample
-            self._clock = int(us[0])
+        ticks = ts // CLOCK_UNIT_NS
+        if self._clock is None or ticks[0] < self._clock:  # (re)anchor the clock at this batch's first sample
+            self._clock = int(ticks[0])
             self._write(f_len(PKT_CLOCK_SNAPSHOT, f_len(_CS.CLOCKS_FIELD_NUMBER,
                                                           f_varint(_CK.CLOCK_ID_FIELD_NUMBER, CLOCK_BOOTTIME)
                                                           + f_varint(_CK.TIMESTAMP_FIELD_NUMBER,
@@ -132,8 +133,8 @@ class StackSamples:
                                       + f_varint(_CK.IS_INCREMENTAL_FIELD_NUMBER, 1)
                                       + f_varint(_CK.UNIT_MULTIPLIER_NS_FIELD_NUMBER, CLOCK_UNIT_NS)))
                         + self._tail)
-        delta = np.diff(us, prepend=self._clock)
-        self._clock = int(us[-1])
+        delta = np.diff(ticks, prepend=self._clock)
+        self._clock = int(ticks[-1])
         n = ts.size
         body = (Rows(n).const(key(_S.PID_FIELD_NUMBER, VARINT)).varint(pid)
                 .const(key(_S.TID_FIELD_NUMBER, VARINT)).varint(tid)
