@@ -6,6 +6,7 @@ the line of each call site (found by their marker comments, so editing this
 file cannot make a test pass by accident).
 
     python pystack_target.py cuda LIBCUDART N   N synchronizations in inner()
+    python pystack_target.py launch LIBCUDART N N cudaLaunchKernel calls in inner()
     python pystack_target.py pipe MS            inner() blocks MS ms reading a pipe
     python pystack_target.py park               prints first, then blocks in inner() until stdin closes
 """
@@ -16,7 +17,11 @@ import sys
 import threading
 import time
 
-SYNC = READ_END = None
+SYNC = LAUNCH = READ_END = None
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
 
 
 def line_of(marker):
@@ -31,6 +36,8 @@ def inner(mode, n):
     for _ in range(n):
         if mode == "cuda":
             SYNC(None)  # INNER_CUDA
+        elif mode == "launch":
+            LAUNCH(None, Dim3(1, 1, 1), Dim3(32, 1, 1), None, 0, None)  # INNER_LAUNCH
         else:
             os.read(READ_END, 1)  # INNER_PIPE
 
@@ -46,12 +53,12 @@ def outer(mode, n):
 def info():
     return json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(), "ident": threading.get_ident(),
                        "file": os.path.abspath(__file__),
-                       "lines": {m: line_of(m) for m in ("INNER_CUDA", "INNER_PIPE", "MIDDLE", "OUTER", "MAIN",
+                       "lines": {m: line_of(m) for m in ("INNER_CUDA", "INNER_LAUNCH", "INNER_PIPE", "MIDDLE", "OUTER", "MAIN",
                                                          "LINGER", "MODULE")}})
 
 
 def main():
-    global SYNC, READ_END
+    global SYNC, LAUNCH, READ_END
     mode = sys.argv[1]
     if mode == "park":
         READ_END, n = sys.stdin.fileno(), 1
@@ -61,6 +68,10 @@ def main():
     elif mode == "cuda":
         SYNC = ctypes.CDLL(sys.argv[2]).cudaStreamSynchronize
         SYNC.argtypes = [ctypes.c_void_p]
+        n = int(sys.argv[3])
+    elif mode == "launch":
+        LAUNCH = ctypes.CDLL(sys.argv[2]).cudaLaunchKernel
+        LAUNCH.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         n = int(sys.argv[3])
     elif mode == "pipe":
         READ_END, w = os.pipe()

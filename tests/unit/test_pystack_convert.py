@@ -150,3 +150,43 @@ def test_malformed_metas_cost_only_their_contents(tmp_path, meta):
     with open_trace(out) as tp:
         assert len(query_slices(tp, "s.name = 'cudaStreamSynchronize'")) == 3
         assert len(query_slices(tp, "s.name = 'wait'")) == 2
+
+
+def test_one_launch_in_n_gets_the_stack_it_was_taken_at(tmp_path):
+    """Launches 2 us apart, a stack taken at every 4th: each stack lands on its own launch's slice,
+    whichever of the two programs ran first (the stack's walk, [ts, ts + dur], delays the launch's
+    entry when it ran first, by 20 us when cold: nearer the previous launch's entry than its own),
+    and the launches between get none."""
+    launch = BY_NAME["cudaLaunchKernel"]
+    n, gap, walk = 40, 2000, 20_000
+    starts, rows, t = [], [], T(500)
+    for i in range(n):
+        if i % 4 == 0 and i % 8:  # the stack program ran first: the launch's slice starts after its walk
+            rows.append((R.PY_CALL, t, walk, STACK_SYNC, TID, launch.id))
+            t += walk + 100
+        starts.append(t)
+        if i % 8 == 0:            # the cuda program ran first
+            rows.append((R.PY_CALL, t + 300, 800, STACK_SYNC, TID, launch.id))
+            t += 1100
+        t += gap
+    cu = cuda_calls([(s, 1000, TID) for s in starts])
+    cu["cookie"] = launch.cookie()
+    b = LogBuilder()
+    b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
+    b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
+    b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
+    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
+    b.flush()
+    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
+                              "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 2, 3]]]}))
+    _ring(b, cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, cu)
+    _ring(b, R.RING_PYSTACK, R.PY_EVENT, py_events(rows))
+    raw, out = tmp_path / "l.tlraw", tmp_path / "l.pftrace"
+    b.write(str(raw), end_block(stop_ts=T(2000)))
+    convert(str(raw), str(out))
+    with open_trace(str(out)) as tp:
+        got = query_slices(tp, "s.name = 'cudaLaunchKernel'")
+    assert len(got) == n
+    assert [i for i, r in enumerate(got) if r[4] is not None] == list(range(0, n, 4))
+    assert {r[4] for r in got if r[4] is not None} == {"train.py:12 inner \u2190 train.py:57 step \u2190 "
+                                                       "train.py:90 main \u2190 train.py:95 <module>"}

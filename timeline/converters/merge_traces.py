@@ -38,6 +38,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from .. import trace_file
 
 CLOCK_REALTIME, CLOCK_BOOTTIME = 1, 6
+FIRST_SEQUENCE_CLOCK = 64   # clock ids from here are a packet sequence's own (the pystack samples' incremental
+                            # microseconds, anchored to BOOTTIME in their sequence's snapshot): not shifted
 SEQ_STRIDE = 1 << 16        # sequence ids of machine i: i * SEQ_STRIDE + original
 ID_SALT = 0x9E3779B97F4A7C15  # uuids/flow ids of machine i: mixed with i (64-bit)
 MASK64 = (1 << 64) - 1
@@ -93,6 +95,7 @@ def parse(path: str, data: bytes) -> Input:
     inp = Input(path, data)
     lo = hi = None
     n = 0
+    own_clock: set[int] = set()
     for a, b in packet_spans(data, path):
         n += 1
         pkt = _packet(data, a, b, path)
@@ -103,7 +106,8 @@ def parse(path: str, data: bytes) -> Input:
         if pkt.HasField("chrome_events"):
             for m in pkt.chrome_events.metadata:
                 inp.metadata[m.name] = m.string_value if m.HasField("string_value") else m.int_value
-        if pkt.HasField("timestamp"):
+        own = _on_own_clock(pkt, own_clock)
+        if pkt.HasField("timestamp") and not own:
             t = pkt.timestamp
             lo = t if lo is None or t < lo else lo
             hi = t if hi is None or t > hi else hi
@@ -180,7 +184,7 @@ def _note_snapshot(inp: Input, snapshot) -> None:
     """The first BOOTTIME/REALTIME pair aligns the input; later ones only say
     how far its wall clock was stepped.  Values no clock can hold are refused."""
     clocks = {c.clock_id: c.timestamp for c in snapshot.clocks}
-    moved = [t for cid, t in clocks.items() if cid != CLOCK_REALTIME]
+    moved = [t for cid, t in clocks.items() if cid != CLOCK_REALTIME and cid < FIRST_SEQUENCE_CLOCK]
     why = ""
     if max(clocks.values(), default=0) > INT64_MAX:
         why = "past 2^63 ns"
@@ -215,19 +219,35 @@ def _mix(i: int, value: int) -> int:
     return (x ^ (x >> 31)) or 1
 
 
-def _rewrite(pkt: pb.TracePacket, i: int, shift: int, path: str = "", peers: dict[str, int] | None = None) -> None:
-    """Machine i's packet in place: its machine, its sequence, its ids, its times
-    (and its connection tracks' peer ranks)."""
+def _on_own_clock(pkt: pb.TracePacket, own_clock: set[int]) -> bool:
+    """Is the packet's timestamp on a clock of its sequence (not BOOTTIME)?  own_clock: the
+    sequences whose defaults say so, noted here as their packets go by."""
+    seq = pkt.trusted_packet_sequence_id
+    if pkt.HasField("trace_packet_defaults"):
+        if pkt.trace_packet_defaults.timestamp_clock_id >= FIRST_SEQUENCE_CLOCK:
+            own_clock.add(seq)
+        else:
+            own_clock.discard(seq)
+    if pkt.HasField("timestamp_clock_id"):
+        return pkt.timestamp_clock_id >= FIRST_SEQUENCE_CLOCK
+    return seq in own_clock
+
+
+def _rewrite(pkt: pb.TracePacket, i: int, shift: int, path: str = "", own_clock: bool = False,
+             peers: dict[str, int] | None = None) -> None:
+    """Machine i's packet in place: its machine, its sequence, its ids, its times (not a time
+    on its sequence's own clock: that moves with the BOOTTIME of its snapshot), and its
+    connection tracks' peer ranks."""
     if peers and pkt.HasField("track_descriptor") and pkt.track_descriptor.name:
         _label_peer(pkt.track_descriptor, peers)
     try:
-        _rewrite_fields(pkt, i, shift)
+        _rewrite_fields(pkt, i, 0 if own_clock else shift, shift)
     except ValueError:  # protobuf: a shifted time below 0 or past 2^64 (align() checked the common ones)
         raise MergeError(f"{path} cannot be aligned: one of its timestamps moved by its clock shift "
                          f"({shift / 1e9:+.0f} s) is out of range") from None
 
 
-def _rewrite_fields(pkt: pb.TracePacket, i: int, shift: int) -> None:
+def _rewrite_fields(pkt: pb.TracePacket, i: int, shift: int, clock_shift: int | None = None) -> None:
     pkt.machine_id = i
     if pkt.trusted_packet_sequence_id:
         pkt.trusted_packet_sequence_id = i * SEQ_STRIDE + pkt.trusted_packet_sequence_id
@@ -235,8 +255,9 @@ def _rewrite_fields(pkt: pb.TracePacket, i: int, shift: int) -> None:
         pkt.timestamp += shift
     if pkt.HasField("clock_snapshot"):
         for c in pkt.clock_snapshot.clocks:
-            if c.clock_id != CLOCK_REALTIME:  # REALTIME is the common ground; the others move with BOOTTIME
-                c.timestamp += shift
+            # REALTIME is the common ground; the others move with BOOTTIME, a sequence's own relative to it
+            if c.clock_id != CLOCK_REALTIME and c.clock_id < FIRST_SEQUENCE_CLOCK:
+                c.timestamp += shift if clock_shift is None else clock_shift
     if pkt.HasField("track_descriptor"):
         td = pkt.track_descriptor
         td.uuid = _mix(i, td.uuid)
@@ -337,9 +358,10 @@ def merge(inputs: list[Input], write, machines: list[int] | None = None, ref: In
             else:
                 e.int_value = int(v)
         chunk = [_frame(meta.SerializeToString())]
+        own_clock: set[int] = set()
         for a, b in packet_spans(inp.data, inp.path):
             pkt = _packet(inp.data, a, b, inp.path)
-            _rewrite(pkt, i, inp.shift, inp.path, peers[n])
+            _rewrite(pkt, i, inp.shift, inp.path, _on_own_clock(pkt, own_clock), peers[n])
             chunk.append(_frame(pkt.SerializeToString()))
             if len(chunk) >= 4096:
                 data = b"".join(chunk)

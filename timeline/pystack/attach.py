@@ -8,18 +8,47 @@ of a uprobe costs its program's run, not another trap.
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import struct
+
 from .. import libbpf
 from ..cuda import attach as cuda_attach
 
 PROGRAM = "tl_py_call"
+CODE_FREE = "tl_py_code_free"
 
 
 def prepare(obj: libbpf.BPFObject) -> None:
-    """Before load: an uprobe_multi program when the kernel has them."""
+    """Before load: uprobe_multi programs when the kernel has them."""
     obj.uprobe_multi = cuda_attach.multi_supported()
     if obj.uprobe_multi:
-        cuda_attach._bind().bpf_program__set_expected_attach_type(obj.program(PROGRAM),
-                                                                  cuda_attach.BPF_TRACE_UPROBE_MULTI)
+        for name in (PROGRAM, CODE_FREE):
+            cuda_attach._bind().bpf_program__set_expected_attach_type(obj.program(name),
+                                                                      cuda_attach.BPF_TRACE_UPROBE_MULTI)
+
+
+def code_free(obj: libbpf.BPFObject, path: str, offset: int, pid: int) -> libbpf.Link:
+    """tl_py_code_free on code_dealloc of `path`, for process `pid` only: the
+    function runs in every process of that interpreter file, on the machine
+    (other users' Pythons, tests), and a breakpoint there costs each of them
+    a trap per code object freed; with the pid filter the kernel inserts it
+    in this process alone.  Raises BPFError."""
+    if not getattr(obj, "uprobe_multi", False):
+        return obj.attach_uprobe(CODE_FREE, path, offset=offset, pid=pid)
+    offs = (ctypes.c_uint64 * 1)(offset)
+    cpath = ctypes.create_string_buffer(os.fsencode(path))
+    attr = ctypes.create_string_buffer(128)  # union bpf_attr, link_create.uprobe_multi, with its pid
+    struct.pack_into("<IIIIQQQQIII", attr, 0, cuda_attach._bind().bpf_program__fd(obj.program(CODE_FREE)), 0,
+                     cuda_attach.BPF_TRACE_UPROBE_MULTI, 0, ctypes.addressof(cpath), ctypes.addressof(offs), 0, 0,
+                     1, 0, pid)
+    fd = cuda_attach._libc.syscall(cuda_attach.SYS_BPF, cuda_attach.BPF_LINK_CREATE, attr, ctypes.sizeof(attr))
+    if fd < 0:
+        raise libbpf.BPFError(f"uprobe_multi link {CODE_FREE} on {path} for pid {pid}: "
+                              f"{os.strerror(ctypes.get_errno())}")
+    link = cuda_attach.FdLink(int(fd), f"{CODE_FREE}@{path} pid {pid}")
+    obj.links.append(link)
+    return link
 
 
 def attach(obj: libbpf.BPFObject, path: str, probes: list[tuple[int, int]]) -> list[str]:

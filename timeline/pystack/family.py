@@ -20,6 +20,11 @@ class PyStackOptions:
                                  metavar="US",
                                  help="pystack family: a recorded Python thread's wait (sleep or block) gets a "
                                       "slice with its Python stack when it lasts at least this long.")
+    py_launch_every: int = option(32, "--py-launch-every", type=click.IntRange(0, 2 ** 32 - 1), show_default=True,
+                                  metavar="N",
+                                  help="pystack family: take the Python stack of every Nth kernel or graph launch "
+                                       "of each thread (its 1st, N+1st, ...), shown on the launch's slice; "
+                                       "0: none, 1: all.")
     py_sample_hz: int = option(99, "--py-sample-hz", type=click.IntRange(0, 10_000), show_default=True, metavar="HZ",
                                help="pystack family: sample the Python stacks of recorded threads while they run, "
                                     "this many times per second of CPU time (a perf_event timer per CPU); 0: off. "
@@ -28,7 +33,8 @@ class PyStackOptions:
 
 PYSTACK = Family(
     name="pystack",
-    help="Python call stacks (CPython 3.10-3.13) at CUDA synchronizing calls, where threads block, and "
+    help="Python call stacks (CPython 3.10-3.13) at CUDA synchronizing calls and launches (1 in "
+         "--py-launch-every), where threads block, and "
          "sampled on CPU (uprobes, sched_switch, perf_event; Linux >= 5.17)",
     rings=(Ring(records.RING_PYSTACK, records.PY_EVENT, "tl_py_event", records.PyKind, "py_ring", 4 * MIB,
                 header="pystack/records.h"),),

@@ -6,8 +6,8 @@
   forked child gets its parent's entry in BPF at once (tl_py_fork).  A
   process whose interpreter is not mapped yet (the dynamic loader is still
   at work right after exec) is looked at again a few times.
-- CUDA runtime and NCCL libraries get the tl_py_call uprobe on their
-  synchronizing calls (probes.py): the copies the target will likely load
+- CUDA runtime, driver and NCCL libraries get the tl_py_call uprobe on
+  their synchronizing calls, collectives and launches (probes.py): the copies the target will likely load
   (the cuda family's discovery), --cuda-lib, and copies that show up in a
   Python process's mappings later (re-read when its VmLib changes).
 - A thread of its own waits on the py_stacks ring (BPF wakes it for each new
@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import safe_input
 from ..cuda import discovery as dsc
-from ..cuda.probes import NCCL, RUNTIME
+from ..cuda.probes import DRIVER, NCCL, RUNTIME
 from ..cuda.symbols import ElfSymbols
 from ..libbpf import BPFError
 from ..recorder_plugins import RecorderContext, RecorderPlugin
@@ -46,7 +46,7 @@ from .sampling import Sampler
 from .symbolize import CodeReader
 
 STATS = ("walks", "no_state", "no_frame", "truncated", "faults", "stacks", "stacks_lost", "waits",
-         "short_waits", "walk_ns", "frames")  # pystack.bpf.c ST_*
+         "short_waits", "walk_ns", "frames", "launches", "nested_launches")  # pystack.bpf.c ST_*
 # looks at a process whose interpreter is not mapped yet (the dynamic loader maps libpython
 # within a millisecond or two of exec); a non-Python process costs these few reads
 RETRY_S = (0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
@@ -57,13 +57,16 @@ UNRESOLVED = "<unresolved>"
 # samples but their frames are not read (a target making endless new stacks
 # cannot make the recorder read its memory without end).
 MAX_STACKS = 200_000
+BPF_EXIST = 2
+STACKS_WRITE_EVERY = 0.25  # s between py_stacks META blocks (stacks are named at once, written in batches)
 
 
 class _Proc:
-    __slots__ = ("gen", "interp", "reader", "tries", "next_try", "status_fd", "vmlib", "next_vmlib", "done")
+    __slots__ = ("gen", "interp", "reader", "tries", "next_try", "status_fd", "vmlib", "next_vmlib", "done",
+                 "code_link")
 
     def __init__(self, gen: int):
-        self.gen, self.interp, self.reader = gen, None, None
+        self.gen, self.interp, self.reader, self.code_link = gen, None, None, None
         self.tries, self.next_try, self.done = 0, 0.0, False
         self.status_fd, self.vmlib, self.next_vmlib = -1, None, 0.0
 
@@ -91,8 +94,12 @@ class PyStackPlugin(RecorderPlugin):
         self.lib_errors: list[str] = []
         self.frame_ids: dict[tuple[str, str, int], int] = {}
         self.gen = 0                              # py_procs entries written (their `gen`)
-        self.code_free: dict[tuple[str, int], bool] = {}  # interpreter file -> code_dealloc probed
+        self.dead_links: list = []                # code_dealloc links of processes gone: the stack thread closes
+                                                  # them (a link's end waits for an RCU grace period)
         self.n_stacks = 0
+        self._frames_out: list = []               # named, not written yet (stack thread)
+        self._stacks_out: list = []
+        self._next_write = 0.0
         self.n_unresolved = 0
         self.obj = None
         self.reader: RingReader | None = None
@@ -103,18 +110,21 @@ class PyStackPlugin(RecorderPlugin):
         self.error: str | None = None
         self.sampler: Sampler | None = None
         self.sample_error: str | None = None
+        # libraries probed: the driver's only for its launches
+        self.apis = (RUNTIME, NCCL, DRIVER) if options.py_launch_every else (RUNTIME, NCCL)
 
     # -- hooks ----------------------------------------------------------------
     def header(self) -> dict:
         return {"pystack": {"probes": probes.table(), "max_frames": R.PY_MAX_FRAMES,
-                            "sample_hz": self.options.py_sample_hz}}
+                            "sample_hz": self.options.py_sample_hz, "launch_every": self.options.py_launch_every}}
 
     def before_launch(self, ctx: RecorderContext) -> None:
         self._ctx = ctx
         self.obj = ctx.session.objects["pystack"]
         # TIMELINE_PYSTACK_NO_CHUNK=1: read each frame on its own (bench/pystack_cost.py compares)
-        settings = struct.pack("<QI4x", self.options.py_wait_min_us * 1000,
-                               int(os.environ.get("TIMELINE_PYSTACK_NO_CHUNK", "0") == "1"))
+        settings = struct.pack("<QII", self.options.py_wait_min_us * 1000,
+                               int(os.environ.get("TIMELINE_PYSTACK_NO_CHUNK", "0") == "1"),
+                               self.options.py_launch_every)
         self.obj.map("py_settings").update(struct.pack("<I", 0), settings)
         stacks = self.obj.map("py_stacks")
         self.reader = RingReader(stacks.fd, stacks.max_entries, R.PY_STACK)
@@ -124,7 +134,7 @@ class PyStackPlugin(RecorderPlugin):
         paths = list(options_of(self.cfg, "cuda").cuda_libs) if "cuda" in ctx.session.objects else []
         if self.cfg.command:
             paths += [p for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"), self.user)
-                      if dsc.lib_api(p) in (RUNTIME, NCCL)]
+                      if dsc.lib_api(p) in self.apis]
         for p in paths:
             self._attach_lib(os.path.abspath(p))
         if self.options.py_sample_hz:
@@ -146,6 +156,7 @@ class PyStackPlugin(RecorderPlugin):
         if self._thread is not None:
             self._thread.join()
         self._drain_stacks()  # the last ones: their processes may be gone (then unresolved)
+        self._write_stacks()
         if self.reader is not None:
             self.reader.close()
         with self.lock:
@@ -212,6 +223,9 @@ class PyStackPlugin(RecorderPlugin):
         st = self.procs.pop(pid, None)
         if st is not None:
             st.close()
+            if st.code_link is not None:
+                self.dead_links.append(st.code_link)
+                st.code_link = None
             if st.interp is not None and bpf:
                 try:
                     self.obj.map("py_procs").delete(struct.pack("<I", pid))
@@ -240,9 +254,8 @@ class PyStackPlugin(RecorderPlugin):
         st.interp = it
         st.reader = CodeReader(ProcessMemory(pid), it.layout, it.code_type)
         self.gen += 1
-        try:
-            config = it.layout.bpf_config(it.runtime, self.gen, self._probe_code_free(pid, it))
-            self.obj.map("py_procs").update(struct.pack("<I", pid), config)
+        try:  # walkable at once; the code cache once code_dealloc is probed (below)
+            self.obj.map("py_procs").update(struct.pack("<I", pid), it.layout.bpf_config(it.runtime, self.gen, False))
         except (BPFError, ValueError) as e:
             self.unsupported.setdefault(f"{it.path}: {e}", {})[pid] = True
             st.interp = None
@@ -252,6 +265,12 @@ class PyStackPlugin(RecorderPlugin):
         if self._ctx is not None:
             self._ctx.write_meta({"type": "py_procs", "ts": self._ctx.now_ns(), "processes": [found]})
         self._attach_maps(pid, maps)
+        if self._probe_code_free(pid, st, it):
+            try:
+                self.obj.map("py_procs").update(struct.pack("<I", pid),  # BPF_EXIST: not if it exec'd since
+                                                it.layout.bpf_config(it.runtime, self.gen, True), BPF_EXIST)
+            except BPFError:
+                pass
         st.next_vmlib = now + VMLIB_EVERY
 
     def _watch_libs(self, pid: int, st: _Proc, now: float) -> None:
@@ -275,30 +294,37 @@ class PyStackPlugin(RecorderPlugin):
             if maps is not None:
                 self._attach_maps(pid, maps)
 
-    def _probe_code_free(self, pid: int, it) -> bool:
-        """Is code_dealloc of this interpreter's file probed (attached now if not)?
-        Then BPF may cache code objects' checksums (py_codes)."""
+    def _probe_code_free(self, pid: int, st: _Proc, it) -> bool:
+        """Probe code_dealloc of this interpreter's file for this process (attached now,
+        filtered by pid).  Then BPF may cache its code objects' checksums."""
         if it.code_free is None:
             return False
-        ok = self.code_free.get(it.file_key)
-        if ok is None:
+        if st.code_link is None:
             fd = self._open_lib(dsc.root_path(pid, it.path), inode=it.file_key[1], resolve=False)
-            ok = False
-            if fd is not None:
-                try:  # on the file held open: a name swapped meanwhile changes nothing
-                    self.obj.attach_uprobe("tl_py_code_free", safe_input.fd_name(fd), offset=it.code_free)
-                    ok = True
-                except BPFError:
-                    pass
-                finally:
-                    os.close(fd)
-            self.code_free[it.file_key] = ok
-        return ok
+            if fd is None:
+                return False
+            try:  # on the file held open: a name swapped meanwhile changes nothing
+                st.code_link = attach.code_free(self.obj, safe_input.fd_name(fd), it.code_free, pid)
+            except BPFError:
+                return False
+            finally:
+                os.close(fd)
+        return True
+
+    def _close_dead_links(self) -> None:
+        with self.lock:
+            dead, self.dead_links = self.dead_links, []
+        for link in dead:
+            link.destroy()
+            try:
+                self.obj.links.remove(link)
+            except ValueError:
+                pass
 
     # -- CUDA libraries -----------------------------------------------------------
     def _attach_maps(self, pid: int, maps) -> None:
         for m in maps:
-            if dsc.lib_api(m.path) not in (RUNTIME, NCCL) or (m.dev, m.inode) in self.mapped_libs:
+            if dsc.lib_api(m.path) not in self.apis or (m.dev, m.inode) in self.mapped_libs:
                 continue
             self.mapped_libs.add((m.dev, m.inode))
             # as the process sees it (its own mount namespace), and only the mapped file
@@ -331,17 +357,18 @@ class PyStackPlugin(RecorderPlugin):
             os.close(fd)
 
     def _attach_lib_fd(self, path: str, fd: int) -> None:
+        wanted = [p for p in probes.STACK_PROBES if self.options.py_launch_every or not p.launch]
         try:
-            offsets = ElfSymbols(path, fd).exports(p.name for p in probes.STACK_PROBES)  # bounded read
+            offsets = ElfSymbols(path, fd).exports(p.name for p in wanted)  # bounded read
         except Exception as e:  # not an ELF file we can read
             self.lib_errors.append(f"{path}: {e}")
             return
         plan, seen = [], set()
-        for p in probes.STACK_PROBES:
+        for p in wanted:
             off = offsets.get(p.name)
             if off is not None and off not in seen:
                 seen.add(off)
-                plan.append((off, p.id))
+                plan.append((off, probes.cookie(p)))
         if not plan:
             return
         errors = attach.attach(self.obj, safe_input.fd_name(fd), plan)  # the file held, whatever `path` names now
@@ -362,8 +389,16 @@ class PyStackPlugin(RecorderPlugin):
                     if f == self._wake_fd:
                         os.eventfd_read(self._wake_fd)
                 self._drain_stacks()
+                if self.dead_links:
+                    self._close_dead_links()
                 now = time.monotonic()
-                timeout = max(self._due(now) - now, 0.0)
+                if now >= self._next_write:
+                    self._write_stacks()
+                    self._next_write = now + STACKS_WRITE_EVERY
+                nxt = self._due(now)
+                if self._stacks_out:
+                    nxt = min(nxt, self._next_write)
+                timeout = max(nxt - now, 0.0)
         except Exception as e:  # never the recording's end: said in the summary
             self.error = f"{type(e).__name__}: {e}"
         finally:
@@ -398,9 +433,17 @@ class PyStackPlugin(RecorderPlugin):
                     ids.append(idx)
                 stacks.append([pid, f"{int(rec['stack_id']):x}", int(rec["flags"]), ids])
         self.n_stacks += len(stacks)
-        if self._ctx is not None and stacks:
-            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "frames": new_frames,
-                                  "stacks": stacks})
+        self._frames_out += new_frames
+        self._stacks_out += stacks
+
+    def _write_stacks(self) -> None:
+        """The stacks named since the last write, as one META block (start-up
+        makes hundreds of new stacks a second: one block each cost more than
+        naming them)."""
+        if self._ctx is not None and self._stacks_out:
+            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "frames": self._frames_out,
+                                  "stacks": self._stacks_out})
+        self._frames_out, self._stacks_out = [], []
 
     def _reader(self, pid: int) -> CodeReader | None:
         st = self.procs.get(pid)

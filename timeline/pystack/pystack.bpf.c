@@ -3,8 +3,10 @@
  * Python call stacks of the recorded threads (the `pystack` family).
  *
  * Where a stack is taken:
- *   tl_py_call    uprobe on CUDA synchronizing calls (attached by the plugin,
- *                 cookie = the cuda family's probe id): one TL_PY_CALL record.
+ *   tl_py_call    uprobe on CUDA synchronizing calls and launches (attached
+ *                 by the plugin, cookie = the cuda family's probe id and
+ *                 TL_PY_CK_* flags): one TL_PY_CALL record; a launch only
+ *                 every launch_every-th of its thread (struct py_launches).
  *   tl_py_switch  sched_switch: a recorded thread that blocks (S or D) has
  *                 its stack taken; when it runs again one TL_PY_WAIT record
  *                 covers the wait (if it lasted min_wait_ns).
@@ -59,12 +61,29 @@ const volatile struct tl_py_stack tl_py_stack_layout = {};
 #define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
 #define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns */
 #define ST_FRAMES 10       /* frames walked */
-#define NSTATS 11
+#define ST_LAUNCHES 11     /* launches seen (recorded Python processes) */
+#define ST_NESTED 12       /* driver launches inside a runtime launch: not counted */
+#define NSTATS 13
+
+/* An entry-only runtime launch has no return to clear: a driver launch deeper
+ * on the stack in the same or the next tick (1-10 ms, as HZ is) counts as
+ * made inside it (as the cuda family decides with 2 ms, cuda.bpf.c
+ * pending_window_ns). */
+#define NESTED_WINDOW_TICKS 1
 
 struct py_settings {
 	__u64 min_wait_ns;
 	__u32 no_chunk;    /* read each frame on its own (for comparisons) */
-	__u32 pad;
+	__u32 launch_every; /* a stack at every Nth launch of a thread; 0: none */
+};
+
+/* A thread's launch counter, small task storage of its own: most launches
+ * only count, and must not make the walk's scratch space exist. */
+struct py_launches {
+	__u64 left;        /* launches to pass over before the next stack */
+	__u64 rt_sp;       /* the last runtime launch's stack pointer at entry, */
+	__u64 rt_jiffies;  /* and when it was, in ticks (a fraction of a clock
+			    * read's cost) */
 };
 
 struct py_thread {
@@ -95,7 +114,18 @@ struct code_slot {
  * frame stack read at once (most frames then cost no read of their own).
  * The chunk buffer has a window's room past TL_PY_CHUNK so that a frame
  * at any offset below TL_PY_CHUNK can be read from it. */
+struct walk_state {
+	__u64 lo, hi;      /* [lo, hi) of the frame stack is in chunk */
+	__u64 f;           /* the next frame */
+	__u64 h;           /* the stack's hash so far */
+	__u32 tgid, gen, epoch;
+	__u32 depth;
+	__u8 flags;
+	__u8 pad[7];
+};
+
 struct py_scratch {
+	struct walk_state w;
 	struct code_slot codes[CODE_SLOTS];
 	struct tl_py_stack st;
 	__u8 fwin[TL_PY_WINDOW];
@@ -157,6 +187,13 @@ struct {
 	__type(key, int);
 	__type(value, struct py_task);
 } py_task SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct py_launches);
+} py_launch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -336,22 +373,23 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 	return w.found;
 }
 
+/* A frame walk's state lives in the scratch space (map memory), the
+ * bpf_loop callback's context holds only the two pointers: the verifier
+ * tracks a scalar on the stack exactly (depth 0, 1, 2 ... would each be a
+ * state of their own, 0.25 M instructions verified per program, a second
+ * of CPU at every start) and one in map memory as any value (the callback
+ * is verified in a few passes). */
 struct frame_walk {
 	struct tl_py_proc *p;
 	struct py_scratch *t;
-	__u32 tgid, gen, epoch;
-	__u64 lo, hi;      /* [lo, hi) of the frame stack is in t->chunk */
-	__u64 f;
-	__u64 h;
-	__u32 depth;
-	__u8 flags;
 };
 
 static long frame_step(__u64 i, void *data)
 {
-	struct frame_walk *w = data;
-	struct tl_py_proc *p = w->p;
-	struct py_scratch *t = w->t;
+	struct frame_walk *fw = data;
+	struct tl_py_proc *p = fw->p;
+	struct py_scratch *t = fw->t;
+	struct walk_state *w = &t->w;
 	__u64 code, prev, ident, name, filename, instr;
 	__u32 off, firstlineno, check, depth = w->depth;
 	struct code_slot *slot = NULL;
@@ -461,22 +499,26 @@ have_check:;
 static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
 				  __u8 *flags)
 {
-	struct frame_walk w = {};
+	struct frame_walk fw = {.p = p, .t = t};
+	struct walk_state *w = &t->w;
+	__u64 f;
 	int err = 0;
 
-	w.f = read_u64(tstate + p->ts_frame, &err);
-	if (!err && w.f && p->cframe_frame != TL_PY_NONE)
-		w.f = read_u64(w.f + p->cframe_frame, &err);
+	f = read_u64(tstate + p->ts_frame, &err);
+	if (!err && f && p->cframe_frame != TL_PY_NONE)
+		f = read_u64(f + p->cframe_frame, &err);
 	if (err) {
 		*flags |= TL_PYF_FAULT;
 		return 0;
 	}
-	w.p = p;
-	w.t = t;
-	w.tgid = tgid;
-	w.gen = p->gen;
-	w.epoch = p->frees;
-	w.h = 0xCBF29CE484222325ULL;
+	w->f = f;
+	w->lo = w->hi = 0;
+	w->tgid = tgid;
+	w->gen = p->gen;
+	w->epoch = p->frees;
+	w->h = 0xCBF29CE484222325ULL;
+	w->depth = 0;
+	w->flags = 0;
 	__u32 zero = 0;
 	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
 
@@ -491,22 +533,22 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 				lo = hi - TL_PY_CHUNK;
 			n = hi - lo;
 			if (hi > lo && n <= TL_PY_CHUNK && !bpf_probe_read_user(t->chunk, n, (void *)lo)) {
-				w.lo = lo;
-				w.hi = hi;
+				w->lo = lo;
+				w->hi = hi;
 			}
 		}
 	}
-	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &w, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w.f)
-		w.flags |= TL_PYF_TRUNC;
-	*flags |= w.flags;
-	if (!w.depth) {
+	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &fw, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w->f)
+		w->flags |= TL_PYF_TRUNC;
+	*flags |= w->flags;
+	if (!w->depth) {
 		if (!(*flags & TL_PYF_FAULT))
 			*flags |= TL_PYF_NO_FRAME;
 		return 0;
 	}
-	t->st.depth = w.depth;
-	stat_add(ST_FRAMES, w.depth);
-	return w.h ? w.h : 1;
+	t->st.depth = w->depth;
+	stat_add(ST_FRAMES, w->depth);
+	return w->h ? w->h : 1;
 }
 
 static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
@@ -585,28 +627,77 @@ static __always_inline void emit(__u8 kind, __u64 ts, __u64 dur, __u64 stack, __
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* Is this launch one whose stack is taken: the thread's 1st, N+1st, 2N+1st
+ * ... (N = launch_every)?  Most launches stop here, so this comes first and
+ * is cheap: the thread's counter exists only once the thread was seen to be
+ * a recorded thread of a Python process (the other checks cost two hash
+ * lookups).  A driver launch inside a runtime launch of the same thread is
+ * not a launch of its own: not counted. */
+static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *task, __u32 ck)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32, zero = 0;
+	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
+	struct py_launches *l;
+	__u64 every = set ? set->launch_every : 0;
+
+	if (!every)
+		return false;
+	l = bpf_task_storage_get(&py_launch, task, 0, 0);
+	if (!l) {
+		if (!tl_is_tracked(tid) || !bpf_map_lookup_elem(&py_procs, &tgid))
+			return false;
+		l = bpf_task_storage_get(&py_launch, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!l)
+			return false;
+	}
+	if (ck & TL_PY_CK_DRIVER) {
+		if (ctx->sp < l->rt_sp && bpf_jiffies64() - l->rt_jiffies <= NESTED_WINDOW_TICKS) {
+			stat(ST_NESTED);
+			return false;
+		}
+	} else {
+		l->rt_sp = ctx->sp;
+		l->rt_jiffies = bpf_jiffies64();
+	}
+	stat(ST_LAUNCHES);
+	if (l->left) {
+		l->left--;
+		return false;
+	}
+	l->left = every - 1;
+	return true;
+}
+
 SEC("uprobe")
 int tl_py_call(struct pt_regs *ctx)
 {
-	__u64 ts = bpf_ktime_get_boot_ns(), id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id, tgid = id >> 32;
-	struct task_struct *task;
+	__u32 ck = (__u32)bpf_get_attach_cookie(ctx), tid, tgid;
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct tl_py_proc *p;
 	struct py_task *t;
-	__u64 stack;
+	__u64 stack, ts, id;
 	__u8 flags = 0;
 
+	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck))
+		return 0;
+	ts = bpf_ktime_get_boot_ns();
+	id = bpf_get_current_pid_tgid();
+	tid = (__u32)id;
+	tgid = id >> 32;
 	if (!tl_is_tracked(tid))
 		return 0;
 	p = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!p)
 		return 0;
-	task = bpf_get_current_task_btf();
 	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
 	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
-	emit(TL_PY_CALL, ts, 0, stack, tid, tgid, (__u32)bpf_get_attach_cookie(ctx), flags);
+	/* dur: how long the walk took.  The cuda family's program for the same
+	 * hit stamps its slice before this one began or after it ended, never
+	 * later than that by much: the converter joins them so. */
+	emit(TL_PY_CALL, ts, bpf_ktime_get_boot_ns() - ts, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags);
 	return 0;
 }
 
@@ -703,13 +794,18 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(tl_py_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid, ctgid = child->tgid;
-	struct tl_py_proc *p;
+	struct tl_py_proc *p, copy;
 
 	if (ptgid == ctgid)
 		return 0;  /* a thread */
 	p = bpf_map_lookup_elem(&py_procs, &ptgid);
-	if (p)
-		bpf_map_update_elem(&py_procs, &ctgid, p, BPF_ANY);
+	if (!p)
+		return 0;
+	/* Not its parent's code cache: code_dealloc is probed per process (the
+	 * plugin attaches the child's when it looks at it and turns it on). */
+	copy = *p;
+	copy.code_cache = 0;
+	bpf_map_update_elem(&py_procs, &ctgid, &copy, BPF_ANY);
 	return 0;
 }
 

@@ -26,6 +26,14 @@
 
 #define TL_PY_MAX_FRAMES 64
 
+/* tl_py_call's attach cookie: the cuda family's probe id, and what kind of
+ * call it is.  Launches take a stack one in py_settings.launch_every per
+ * thread; a driver launch made inside a runtime launch (cudaLaunchKernel ->
+ * cuLaunchKernel) is not counted, its runtime call was. */
+#define TL_PY_CK_ID_MASK 4095
+#define TL_PY_CK_LAUNCH  65536   /* 1 << 16: a kernel or graph launch */
+#define TL_PY_CK_DRIVER  131072  /* 1 << 17: a driver-API launch */
+
 /* tl_py_proc.instr_kind: what the frame's instruction field holds. */
 #define TL_PY_INSTR_PTR   0  /* a pointer to the code unit (3.11+: prev_instr / instr_ptr) */
 #define TL_PY_INSTR_INDEX 1  /* an int index of code units (3.10: f_lasti) */
@@ -99,11 +107,11 @@ struct tl_py_proc {
 /* The ring's record. */
 struct tl_py_event {
 	__u64 ts;          /* bpf_ktime_get_boot_ns(): call entry, switch-out, sample */
-	__u64 dur;         /* TL_PY_WAIT: until the thread ran again */
+	__u64 dur;         /* TL_PY_WAIT: until the thread ran again; TL_PY_CALL: time taking the stack */
 	__u64 stack_id;    /* 0: no stack (see flags) */
 	__u32 tid;
 	__u32 tgid;
-	__u32 cookie;      /* TL_PY_CALL: the cuda probe id of the function */
+	__u32 cookie;      /* TL_PY_CALL: the cuda probe id of the function (TL_PY_CK_ID_MASK bits) */
 	__u16 cpu;
 	__u8 kind;         /* TL_PY_* */
 	__u8 flags;        /* TL_PYF_* */

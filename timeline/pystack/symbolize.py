@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 
+import numpy as np
+
 from .layouts import Layout
 from .memory import ProcessMemory
 
@@ -72,6 +74,9 @@ def ranges_310(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
     return out
 
 
+NUMPY_TABLE = 256  # bytes of location table from which numpy decodes it faster than a loop
+
+
 def _varint(table: bytes, i: int) -> tuple[int, int]:
     b = table[i]
     val, shift = b & 63, 0
@@ -83,8 +88,7 @@ def _varint(table: bytes, i: int) -> tuple[int, int]:
     return val, i + 1
 
 
-def ranges_311(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
-    """(start, end, line) byte ranges of a 3.11+ location table; line -1: none."""
+def _ranges_311_loop(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
     out, i, start, line, n = [], 0, 0, firstlineno, len(table)
     while i < n:
         b = table[i]
@@ -103,6 +107,38 @@ def ranges_311(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
         while i < n and not table[i] & 128:
             i += 1
     return out
+
+
+def ranges_311(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
+    """(start, end, line) byte ranges of a 3.11+ location table; line -1: none.
+    In numpy: an entry starts at every byte with bit 7 set (a torch function's
+    table has thousands; a loop over them in Python was most of the recorder's
+    time while a training job started)."""
+    if len(table) < NUMPY_TABLE:
+        return _ranges_311_loop(table, firstlineno)
+    t = np.frombuffer(table, np.uint8)
+    if not t.size or not t[0] & 128:  # not an entry's first byte: the table is damaged here
+        return []
+    starts = np.flatnonzero(t & 128)
+    first = t[starts].astype(np.int64)
+    code = (first >> 3) & 15
+    ends = np.cumsum(2 * ((first & 7) + 1))
+    delta = np.where((code == 11) | (code == 12), code - 10, 0)
+    signed = np.flatnonzero((code == 13) | (code == 14))  # a signed varint line delta follows
+    if signed.size:
+        at = starts[signed] + 1
+        v = np.zeros(signed.size, np.int64)
+        ok = at < t.size
+        b = np.zeros(signed.size, np.int64)
+        b[ok] = t[at[ok]]
+        v[ok] = b[ok] & 63
+        long = np.flatnonzero(ok & (b & 64 != 0))
+        for k in long.tolist():  # more than one byte (a jump of 32 lines or more): rare
+            v[k] = _varint(table, int(at[k]))[0]
+        delta[signed] = np.where(v & 1, -(v >> 1), v >> 1)
+    lines = firstlineno + np.cumsum(delta)
+    lines[code == 15] = -1
+    return list(zip((ends - 2 * ((first & 7) + 1)).tolist(), ends.tolist(), lines.tolist()))
 
 
 def line_at(ranges: list[tuple[int, int, int]], offset: int, firstlineno: int) -> int:

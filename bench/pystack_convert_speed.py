@@ -1,0 +1,96 @@
+"""Conversion of Python stack samples to Perfetto, and their size in the trace.
+
+    python bench/pystack_convert_speed.py [--samples 1000000] [--stacks 50]
+
+A synthetic raw log laid out as the recorder writes it (tests/rawlog_factory.py):
+`--samples` CPU samples of one thread at 99 Hz over `--stacks` distinct stacks
+(8 frames each), converted to .pftrace.  Reported: samples converted per
+second (the whole conversion's wall time after a first small conversion
+has imported the converters: all of it samples but the process tree), and bytes per sample in the trace (PerfSample packets, framing
+included, counted by walking the packets).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from rawlog_factory import T, LogBuilder, end_block  # noqa: E402
+
+from timeline import events as ev  # noqa: E402
+from timeline import trace_file  # noqa: E402
+from timeline.converters import convert  # noqa: E402
+from timeline.pystack import probes  # noqa: E402
+from timeline.pystack import records as R  # noqa: E402
+
+PID = 1000
+PKT_PERF_SAMPLE = 66
+
+
+def write_log(path: str, n: int, nstacks: int) -> None:
+    b = LogBuilder()
+    b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
+    b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
+    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 99}
+    b.flush()
+    frames = [[i, f"fn{i}", f"/w/mod{i % 7}.py", 10 + i] for i in range(nstacks + 8)]
+    stacks = [[PID, f"{s + 1:x}", 0, list(range(s, s + 8))] for s in range(nstacks)]
+    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(3), "frames": frames, "stacks": stacks}))
+    b.header["rings"][str(R.RING_PYSTACK)] = {"name": "pystack", "record_size": R.PY_EVENT.itemsize,
+                                              "stride": ev.ring_stride(R.PY_EVENT)}
+    rng = np.random.default_rng(1)
+    per_block = 100_000
+    for start in range(0, n, per_block):
+        k = min(per_block, n - start)
+        a = np.zeros(k, R.PY_EVENT)
+        a["ts"] = T(10) + (np.arange(start, start + k) * 10_101_010)  # 99 Hz
+        a["stack_id"] = rng.integers(1, nstacks + 1, k)
+        a["tid"], a["tgid"], a["kind"] = PID, PID, R.PY_SAMPLE
+        b.blocks.append(("ring", (R.RING_PYSTACK, ev.encode_ring_bytes(a))))
+    b.write(path, end_block(stop_ts=T(10) + n * 10_101_010 + 1))
+
+
+def sample_bytes(path: str) -> tuple[int, int]:
+    data = memoryview(open(path, "rb").read())
+    n = total = 0
+    for a, b in trace_file.packet_spans(data):
+        if any(f[0] == PKT_PERF_SAMPLE for f in trace_file.iter_fields(data[a:b])):
+            n += 1
+            total += b - a + 1 + len(ev_varint(b - a))  # with its tag and length in the Trace
+    return n, total
+
+
+def ev_varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((v & 127) | (128 if v > 127 else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=1_000_000)
+    ap.add_argument("--stacks", type=int, default=50)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        raw, out = os.path.join(d, "s.tlraw"), os.path.join(d, "s.pftrace")
+        write_log(raw, 1000, args.stacks)
+        convert(raw, out)  # the converters' imports, once: not per sample
+        write_log(raw, args.samples, args.stacks)
+        t = time.perf_counter()
+        convert(raw, out)
+        dt = time.perf_counter() - t
+        n, total = sample_bytes(out)
+    print(f"{args.samples:,} samples, {args.stacks} stacks: converted in {dt:.2f} s = "
+          f"{args.samples / dt / 1e6:.2f} M samples/s; {n:,} PerfSample packets, {total / max(n, 1):.2f} bytes each")
+
+
+if __name__ == "__main__":
+    main()
