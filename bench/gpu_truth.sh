@@ -15,7 +15,16 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "== gpu_truth.sh $(date -u) on $(uname -r), $(nproc) cores, python $($PY -V 2>&1)"
 if [ -d "$C/wheels" ]; then
     rm -rf "$DEPS"
-    $PY -m pip install -q --no-index --no-deps --target "$DEPS" "$C"/wheels/*.whl || echo "!! wheel install failed"
+    if [ -n "${DRY_RUN:-}" ]; then   # cp312 wheels, another python here: check they install, do not use them
+        $PY -m pip install -q --no-index --no-deps --target "$DEPS" --python-version 3.12 --only-binary=:all: \
+            --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 "$C"/wheels/*.whl \
+            || echo "!! wheel install failed"
+    else
+        $PY -m pip install -q --no-index --no-deps --target "$DEPS" "$C"/wheels/*.whl || {
+            echo "!! pip failed: unzipping the wheels instead (a venv without pip)"
+            $PY -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]" \
+                "$DEPS" "$C"/wheels/*.whl; }
+    fi
     ls "$DEPS"
 else
     echo "!! no .devcarry/wheels: name .devcarry in the device tool's carry (scripts/device_carry.sh)"
@@ -26,7 +35,7 @@ fi
 LIBS="$C/lib"
 ldconfig -p 2>/dev/null | grep -q 'libelf.so.1 ' || LIBS="$LIBS:$C/lib/extra"
 export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONPATH="$DEPS:$PWD"
+export PYTHONPATH="${DRY_RUN:+$PWD}${DRY_RUN:-$DEPS:$PWD}" GT_LOG_TEED=1
 export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824
 nvidia-smi || echo "(no nvidia-smi)"
 $PY -c "import orjson, perfetto, google.protobuf, elftools; print('deps ok: protobuf', google.protobuf.__version__)"
