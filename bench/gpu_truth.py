@@ -553,7 +553,9 @@ def analyze(args) -> None:
         report["checks"][os.path.basename(t)] = res
         print(f"{os.path.relpath(t, d)}:")
         for item in (res if isinstance(res, list) else res.get("results", res.get("checks", [res]))):
-            print("  " + json.dumps(item)[:600])
+            brief = {k: v for k, v in item.items() if k not in ("why", "fix", "title", "families")} \
+                if isinstance(item, dict) else item
+            print("  " + json.dumps(brief, default=str)[:700])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1, default=str)
