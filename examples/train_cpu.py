@@ -100,11 +100,15 @@ def main() -> None:
                 if prof is not None:
                     window = torch.profiler.record_function("timeline_window")
                     window.__enter__()
+            if gpu:  # an NVTX range per step: what the gpu family shows on the main thread
+                torch.cuda.nvtx.range_push(f"step {step}")
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             opt.zero_grad()
             loss = loss_fn(net(x), y)
             loss.backward()
             opt.step()
+            if gpu:
+                torch.cuda.nvtx.range_pop()
             step += 1
             if gpu and step % 20 == 0:
                 loss.item()  # what training loops do for logging: a D2H copy and a sync
