@@ -290,6 +290,40 @@ def phase_overhead(run: Run, model: str, reps: int) -> None:
                                               for c, t in table.items()))
 
 
+# What each part of the gpu family costs the traced program (TIMELINE_GPU_OFF, activity.c),
+# against no tracing and against torch.profiler, alternating, on one model.
+CUPTI_SHARE = [("untraced", None, None), ("gpu", "gpu", ""), ("gpu-no-api", "gpu", "api"),
+               ("gpu-no-timestamps", "gpu", "timestamps"), ("gpu-no-sync", "gpu", "sync"),
+               ("gpu-kernels-only", "gpu", "api,timestamps,sync,memset,memcpy"), ("torch-profiler", None, "prof")]
+
+
+def phase_cupti_share(run: Run, model: str, reps: int) -> None:
+    steps, warm = max(run.steps, 60), run.warmup
+    per: dict = {c: [] for c, _, _ in CUPTI_SHARE}
+    for rep in range(reps):
+        for cname, fam, off in CUPTI_SHARE:
+            name = f"share-{model}-{cname}-{rep}"
+            prof = os.path.join(run.work, f"{name}.json") if off == "prof" else None
+            argv, env = run.train(model, steps, warm, prof)
+            if fam:
+                env["TIMELINE_GPU_OFF"] = off
+            r = run.execute(name, argv, env, 120) if fam is None else run.record(name, fam, (argv, env), 150)
+            if r and r.get("median_step_ms"):
+                per[cname].append(r["median_step_ms"])
+            for f in run.files(f"{name}.pftrace", f"{name}.json"):
+                os.remove(f)
+    table = {c: {"median_step_ms_per_rep": v, "median_of_medians_ms": statistics.median(v) if v else None}
+             for c, v in per.items()}
+    base = table["untraced"]["median_of_medians_ms"]
+    for c in table:
+        m = table[c]["median_of_medians_ms"]
+        table[c]["ratio_vs_untraced"] = m / base if m and base else None
+    run.results["phases"].setdefault("cupti_share", {})[model] = table
+    run.save()
+    run.log(f"cupti share {model}: " + ", ".join(f"{c} {t['median_of_medians_ms']} ms ({t['ratio_vs_untraced']})"
+                                                 for c, t in table.items()))
+
+
 def phase_cuda12(run: Run) -> None:
     if run.dry:
         cudart = run.standins["libcudart.so.12"]
@@ -343,7 +377,12 @@ def run_all(args) -> None:
                ("cuda12", lambda: phase_cuda12(run)),
                ("sample", lambda: phase_sample(run)),
                ("overhead-cnn", lambda: phase_overhead(run, "cnn", args.reps)),
-               ("overhead-mlp", lambda: phase_overhead(run, "mlp", args.reps))]
+               ("overhead-mlp", lambda: phase_overhead(run, "mlp", args.reps)),
+               ("cupti-share-mlp", lambda: phase_cupti_share(run, "mlp", args.reps)),
+               ("cupti-share-cnn", lambda: phase_cupti_share(run, "cnn", args.reps))]
+    if args.phases:
+        wanted = args.phases.split(",")
+        phases = [p for p in phases if p[0] in wanted or p[0] == "standins"]
     for name, fn in phases:
         if run.left() < 25:
             run.log(f"phase {name}: skipped (deadline)")
@@ -573,6 +612,8 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=60)
     r.add_argument("--warmup", type=int, default=20)
     r.add_argument("--reps", type=int, default=3)
+    r.add_argument("--phases", help="comma separated: only these (cnn, mlp, cuda12, sample, overhead-cnn, "
+                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn); default: all")
     a = sub.add_parser("analyze", help="tables from a run's output folder (tarballs unpacked in place)")
     a.add_argument("dir")
     a.add_argument("--steps", type=int, default=60, help="timed steps per run (run's --steps)")

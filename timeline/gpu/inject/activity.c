@@ -116,6 +116,20 @@ static const char *result_string(CUptiResult r)
 	return s;
 }
 
+/* TIMELINE_GPU_OFF="api,timestamps,sync,memset,memcpy": parts left off, to measure what each
+ * costs the traced program (bench/gpu_truth.py, phase cupti-share); never set by timeline itself.
+ * Without "timestamps" GPU times are on CUPTI's default clock, not the trace's. */
+static int part_off(const char *part)
+{
+	const char *off = getenv("TIMELINE_GPU_OFF");
+	size_t n = strlen(part);
+
+	for (const char *p = off; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, part, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	return 0;
+}
+
 /* Returns NULL when activity is on, else why not (nothing left enabled). */
 const char *tl_activity_start(void)
 {
@@ -136,7 +150,7 @@ const char *tl_activity_start(void)
 			 "GPU times could not be put on CLOCK_BOOTTIME");
 		return reason;
 	}
-	r = tl_cupti.cuptiActivityRegisterTimestampCallback(boottime_cb);
+	r = part_off("timestamps") ? CUPTI_SUCCESS : tl_cupti.cuptiActivityRegisterTimestampCallback(boottime_cb);
 	if (r != CUPTI_SUCCESS) {
 		snprintf(reason, sizeof(reason), "cuptiActivityRegisterTimestampCallback: %s", result_string(r));
 		return reason;
@@ -147,6 +161,11 @@ const char *tl_activity_start(void)
 		return reason;
 	}
 	for (i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
+		if ((kinds[i].kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && part_off("sync")) ||
+		    (kinds[i].kind == CUPTI_ACTIVITY_KIND_MEMSET && part_off("memset")) ||
+		    ((kinds[i].kind == CUPTI_ACTIVITY_KIND_MEMCPY || kinds[i].kind == CUPTI_ACTIVITY_KIND_MEMCPY2) &&
+		     part_off("memcpy")))
+			continue;
 		r = tl_cupti.cuptiActivityEnable(kinds[i].kind);
 		if (r == CUPTI_SUCCESS) {
 			note_enabled(kinds[i].name);
@@ -165,7 +184,7 @@ const char *tl_activity_start(void)
 	    tl_cupti.cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
 		note_enabled("system_thread_ids");
 	/* Launch/copy/sync calls only: their correlation ids tie GPU work to a thread. */
-	if (tl_cupti.cuptiActivityEnableRuntimeApi && tl_cupti.cuptiActivityEnableDriverApi) {
+	if (tl_cupti.cuptiActivityEnableRuntimeApi && tl_cupti.cuptiActivityEnableDriverApi && !part_off("api")) {
 		for (i = 0; i < sizeof(runtime_cbids) / sizeof(*runtime_cbids); i++)
 			api_ok += tl_cupti.cuptiActivityEnableRuntimeApi(runtime_cbids[i], 1) == CUPTI_SUCCESS;
 		for (i = 0; i < sizeof(driver_cbids) / sizeof(*driver_cbids); i++)
