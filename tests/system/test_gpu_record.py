@@ -59,7 +59,7 @@ def workload_out(cp) -> dict:
 @pytest.fixture(scope="module")
 def basic(libs, tmp_path_factory):
     raw = str(tmp_path_factory.mktemp("gpu-rec") / "basic.tlraw")
-    cp = record(raw, libs, "basic")
+    cp = record(raw, libs, "basic", "--gpu-sync")
     assert cp.returncode == 0, cp.stderr
     return cp, read_raw(raw), workload_out(cp)
 
@@ -85,6 +85,17 @@ def test_launched_command_reports_every_kind(basic):
     # the summary counts them per process
     line = [ln for ln in cp.stderr.splitlines() if f"gpu: pid {out['pid']}:" in ln]
     assert line and "kernel" in line[0] and "memcpy" in line[0], cp.stderr
+
+
+def test_sync_records_only_with_gpu_sync(libs, tmp_path):
+    """CUPTI's synchronization records cost the most on a real GPU: off unless asked for."""
+    raw = str(tmp_path / "nosync.tlraw")
+    cp = record(raw, libs, "basic")
+    assert cp.returncode == 0, cp.stderr
+    kinds = set(gpu_records(read_raw(raw))["kind"].tolist())
+    assert {records.KERNEL, records.MEMCPY, records.API} <= kinds and records.SYNC not in kinds
+    hello = [m for m in metas(read_raw(raw), "gpu_hello") if m["info"].get("cuda_injection")][-1]
+    assert "synchronization" not in hello["info"]["enabled"]
 
 
 def test_receiver_stats_and_no_drops(basic):

@@ -8,8 +8,18 @@ recorder plugin (timeline/gpu/plugin.py) stores them under ring 7
 """
 from __future__ import annotations
 
-from ..family import CaptureRange, CheckData, Family, Ring
+from dataclasses import dataclass
+
+from ..family import CaptureRange, CheckData, Family, Ring, option
 from . import records
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    gpu_sync: bool = option(False, "--gpu-sync", is_flag=True,
+                            help="gpu family: also CUPTI's synchronization records (the GPU side of each "
+                                 "stream/event/device sync). Off by default: on an H200 they were most of the "
+                                 "family's cost (docs/gpu-validation.md); the cuda family records the sync calls.")
 
 GPU = Family(
     main_activity=True,
@@ -19,6 +29,7 @@ GPU = Family(
     rings=(Ring(records.RING_GPU, records.GPU_RECORD, "tl_gpu_record", records.GpuKind, header="gpu/records.h",
                 ts_field="start"),),
     requires="a launched command (not --pid) whose CUDA environment has libcupti",
+    options=GpuOptions,
     plugin="timeline.gpu.plugin:GpuPlugin",
     converters=("timeline.gpu.converter:GpuConverter",),
     # nvtx:NAME: ranges reach the recorder when they end, so the window is known

@@ -64,6 +64,8 @@ class GpuPlugin(RecorderPlugin):
         if self.receiver is None:
             return {}
         env = {"TIMELINE_GPU_SOCKET": self.receiver.socket_name}
+        if self.options is not None and self.options.gpu_sync:
+            env["TIMELINE_GPU_SYNC"] = "1"  # activity.c: CUPTI's synchronization records
         for var in INJECTION_VARS:
             if os.environ.get(var):
                 self.kept_user_env.append(var)

@@ -130,6 +130,13 @@ static int part_off(const char *part)
 	return 0;
 }
 
+static int sync_wanted(void)
+{
+	const char *v = getenv("TIMELINE_GPU_SYNC");
+
+	return v && !strcmp(v, "1");
+}
+
 /* Returns NULL when activity is on, else why not (nothing left enabled). */
 const char *tl_activity_start(void)
 {
@@ -139,6 +146,8 @@ const char *tl_activity_start(void)
 		{ CUPTI_ACTIVITY_KIND_MEMCPY, "memcpy", 1 },
 		{ CUPTI_ACTIVITY_KIND_MEMCPY2, "memcpy2", 0 },
 		{ CUPTI_ACTIVITY_KIND_MEMSET, "memset", 1 },
+		/* only with --gpu-sync (TIMELINE_GPU_SYNC=1): on an H200 this kind cost the traced
+		 * program more than all the others together (docs/gpu-validation.md) */
 		{ CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, "synchronization", 0 },
 	};
 	CUptiResult r;
@@ -161,7 +170,7 @@ const char *tl_activity_start(void)
 		return reason;
 	}
 	for (i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
-		if ((kinds[i].kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && part_off("sync")) ||
+		if ((kinds[i].kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION && (part_off("sync") || !sync_wanted())) ||
 		    (kinds[i].kind == CUPTI_ACTIVITY_KIND_MEMSET && part_off("memset")) ||
 		    ((kinds[i].kind == CUPTI_ACTIVITY_KIND_MEMCPY || kinds[i].kind == CUPTI_ACTIVITY_KIND_MEMCPY2) &&
 		     part_off("memcpy")))
