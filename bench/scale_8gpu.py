@@ -310,7 +310,7 @@ def fit(results: list[dict], key) -> tuple[float, float, float]:
 
 def extrapolate(results: list[dict], workers: list[int]) -> None:
     print("\n== linear fits (y = a + b * minutes), worst residual; extrapolated to 60 min")
-    rows = [("convert wall s", lambda r: r["convert"]["s"]),
+    rows = [("convert wall s", lambda r: r["convert"]["s"]), ("convert CPU s", lambda r: r["convert"]["cpu"]),
             ("convert peak RSS GB", lambda r: r["convert"]["hwm"] / 2**30)]
     rows += [(f"check x{n} wall s", lambda r, n=n: r["check"][n]["s"]) for n in workers]
     rows += [(f"check x{n} CPU s", lambda r, n=n: r["check"][n]["cpu"]) for n in workers]
