@@ -105,8 +105,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from timeline.checks import CATALOG, detect_families
-    from timeline.checks.catalog import SQL_DIR
-    from timeline.checks.runner import run_check
+    from timeline.checks.runner import prelude_sql, run_check
     from timeline.converters import convert
     from timeline.trace_processor import open_trace
 
@@ -126,8 +125,7 @@ def main() -> None:
         print(f"{tp.engine_name} engine: load {time.perf_counter() - t0:.2f} s")
         t0 = time.perf_counter()
         families = detect_families(tp)
-        with open(os.path.join(SQL_DIR, "_prelude.sql")) as f:
-            tp.query(f.read())
+        tp.query(prelude_sql())  # templated (${window_cap}): the runner renders it
         print(f"families + shared prelude: {time.perf_counter() - t0:.2f} s")
         total = 0.0
         print(f"{'check':16} {'status':13} seconds")

@@ -185,14 +185,18 @@ select s.id, s.ts, s.dur, s.name, s.category,
     as comm
 from slice s where s.category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset') and s.dur > 0;
 
--- Per device, the thread whose calls caused most of its work (by flow), else
--- the main thread: gaps on the device are judged against that thread.
+-- Per device, the thread whose calls caused most of its work (by flow; a tie:
+-- the lowest utid), else the main thread: gaps on the device are judged
+-- against that thread. One pass over the flows for all devices (a subquery
+-- per device read them all once per device: 3x slower with 8 GPUs).
 create or replace perfetto table _tl_gpu_owner as
-select d.device,
-  coalesce((select tt.utid from flow f join slice c on c.id = f.slice_out join thread_track tt on c.track_id = tt.id
-            join _tl_gpu g on g.id = f.slice_in where g.device = d.device
-            group by tt.utid order by count(*) desc limit 1), (select utid from tl_main_thread)) as utid
-from (select distinct device from _tl_gpu) d;
+select d.device, coalesce(b.utid, (select utid from tl_main_thread)) as utid
+from (select distinct device from _tl_gpu) d
+left join (select device, utid, row_number() over (partition by device order by n desc, utid) as rn
+           from (select g.device, tt.utid, count(*) as n
+                 from flow f join _tl_gpu g on g.id = f.slice_in join slice c on c.id = f.slice_out
+                 join thread_track tt on c.track_id = tt.id
+                 group by g.device, tt.utid)) b on b.device = d.device and b.rn = 1;
 
 -- Per device: the steady state (from the end of the owning process' start-up,
 -- or the first GPU work, to the end of the last).
