@@ -4,6 +4,7 @@ without Ray (the optional extra timeline[ray], not in the test extra)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -30,12 +31,15 @@ def test_ray_runs_the_chunks_like_the_local_pool(tmp_path):
     tset = write_set(tmp_path / "set", TRACKS, slices(), BOUNDS)
     config, ids = TraceProcessorConfig(engine="wasm"), ["cuda_errors", "cuda_graphs", "block_io", "sync_hotspots"]
     local = to_json(check_set(tset, config, invoking_user(), ids=ids, workers=2))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # ray.init replaces them
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
     try:
         remote = to_json(check_set(tset, config, invoking_user(), ids=ids, executor=Executor("ray")))
     finally:
         ray.shutdown()
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
     assert _same(remote) == _same(local)
     assert {c["id"]: c["status"] for c in remote["checks"]}["block_io"] == "warning"
 

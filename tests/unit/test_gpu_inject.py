@@ -210,7 +210,7 @@ def test_build_without_headers_is_one_line_naming_what_to_install():
 
 def test_records_of_each_kind(libs):
     n = 10
-    r, out, conns = run(libs, "basic", n, Server())
+    r, out, conns = run(libs, "basic", n, Server(), TIMELINE_GPU_SYNC="1")  # sync records: only when asked
     assert r.returncode == 0, r.stderr
     c = by_pid(conns, out["pid"])
     hello = c.hellos[-1]
@@ -356,7 +356,7 @@ def test_cuda13_record_layout(libs):
     is decoded with the CUDA 13 decoder."""
     if "libcupti.so.13" not in libs:
         pytest.skip("no CUDA 13 CUPTI headers here: the library was built without the CUDA 13 decoder")
-    r, out, conns = run(libs, "basic", 4, Server(), TIMELINE_CUPTI_PATH=libs["libcupti.so.13"])
+    r, out, conns = run(libs, "basic", 4, Server(), TIMELINE_CUPTI_PATH=libs["libcupti.so.13"], TIMELINE_GPU_SYNC="1")
     assert r.returncode == 0, r.stderr
     c = by_pid(conns, out["pid"])
     hello = c.hellos[-1]
