@@ -33,5 +33,6 @@ def test_command_pid_read_from_the_last_packet_only(tmp_path):
     (tmp_path / "noise.pftrace").write_bytes(bytes(range(256)) * 40 + b"\x0a\x05\x2a\x03\x12\x01\x0a")
     for name in ("cut.pftrace", "noise.pftrace", "s.json"):
         assert pid_of(tmp_path / name) is None, name
-    assert pid_of(os.path.join(REPO, "sample_traces", "train_gpu.pftrace")) is None  # from before the key
+    assert pid_of(os.path.join(REPO, "docs", "gpu-validation", "gpu-cnn.pftrace")) is None  # from before the key
+    assert pid_of(os.path.join(REPO, "sample_traces", "train_gpu.pftrace")) is not None
     assert pid_of(SAMPLE) is not None

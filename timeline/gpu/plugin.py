@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 from ..recorder_plugins import RecorderContext, RecorderPlugin
 from . import receiver as rx_bounds
@@ -26,6 +27,10 @@ LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtimeline_
 INJECTION_VARS = ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH")
 SUMMARY_PIDS = 128        # processes named one line each in the summary; the rest are summed in one line
 SUMMARY_TEXT_CHARS = 200  # a string from the library (HELLO's reason) as the summary quotes it
+# A process with CUPTI active that lived this long and sent no kernel/copy/memset record: CUPTI's
+# activity buffers went to another subscriber (seen on an H200 with torch.profiler in the target).
+QUIET_CUPTI_MIN_LIFE_S = 1.0
+GPU_WORK_RECORDS = ("kernel", "memcpy", "memset")
 
 
 def _ancestors(pid: int, limit: int = 64):
@@ -51,13 +56,15 @@ class GpuPlugin(RecorderPlugin):
         self.ctx: RecorderContext | None = None
         self.kept_user_env: list[str] = []
         self.hellos: dict[int, dict] = {}
+        self.lifetimes: dict[int, list] = {}  # pid -> [HELLO time, exit STATUS time or None] on self.clock
+        self.clock = time.monotonic
 
     # -- hooks ------------------------------------------------------------
     def before_launch(self, ctx: RecorderContext) -> None:
         if self.cfg.pid or not os.path.isfile(LIBRARY):
             return
         self.ctx = ctx
-        self.receiver = Receiver(_HelloTap(ctx, self.hellos), self._allowed)
+        self.receiver = Receiver(_HelloTap(ctx, self.hellos, self.lifetimes, self.clock), self._allowed)
         self.receiver.start()
 
     def launch_env(self, ctx: RecorderContext) -> dict[str, str]:
@@ -130,6 +137,9 @@ class GpuPlugin(RecorderPlugin):
                 reason = _one_line(info.get("reason") or "CUPTI inactive", SUMMARY_TEXT_CHARS)
                 per_pid.append((pid, f"no GPU activity recorded: {reason}"))
         lines += [f"gpu: pid {pid}: {what}" for pid, what in per_pid[:SUMMARY_PIDS]]
+        lines += [f"gpu: pid {pid}: CUPTI active but no GPU activity arrived: another CUPTI user in the process "
+                  "(torch.profiler, nsys) takes CUPTI's activity buffers; record without it"
+                  for pid in self.quiet_cupti_pids(counts)[:SUMMARY_PIDS]]
         if len(per_pid) > SUMMARY_PIDS:
             lines.append(f"gpu: {len(per_pid) - SUMMARY_PIDS} more process(es), each in the raw log")
         if self.receiver and self.receiver.other_counts:
@@ -146,6 +156,22 @@ class GpuPlugin(RecorderPlugin):
         if self.receiver and any(self.receiver.bounds.values()):
             lines.append(bounds_line(self.receiver.bounds, self.receiver.max_connections))
         return lines
+
+    def quiet_cupti_pids(self, counts: dict, now: float | None = None) -> list[int]:
+        """Processes whose library had CUPTI active, that lived QUIET_CUPTI_MIN_LIFE_S or more
+        (to their exit STATUS, or to now) and sent no GPU work record: a process that only
+        initialised CUDA exits sooner."""
+        now = self.clock() if now is None else now
+        quiet = []
+        for pid, info in sorted(self.hellos.items()):
+            if not (info.get("active") and info.get("cuda_injection")) or pid not in self.lifetimes:
+                continue
+            start, end = self.lifetimes[pid]
+            if (end if end is not None else now) - start < QUIET_CUPTI_MIN_LIFE_S:
+                continue
+            if not any(counts.get(pid, {}).get(k) for k in GPU_WORK_RECORDS):
+                quiet.append(pid)
+        return quiet
 
 
 def bounds_line(bounds: dict, max_connections: int) -> str:
@@ -178,8 +204,9 @@ class _HelloTap:
     """The receiver's sink: passes everything to the recording, keeping each
     process's HELLO (what the library could do there) for the summary."""
 
-    def __init__(self, ctx: RecorderContext, hellos: dict):
-        self.ctx, self.hellos = ctx, hellos
+    def __init__(self, ctx: RecorderContext, hellos: dict, lifetimes: dict | None = None, clock=time.monotonic):
+        self.ctx, self.hellos, self.clock = ctx, hellos, clock
+        self.lifetimes = {} if lifetimes is None else lifetimes
 
     def write_ring(self, ring: int, data: bytes) -> None:
         self.ctx.write_ring(ring, data)
@@ -190,4 +217,8 @@ class _HelloTap:
                 and (pid in self.hellos or len(self.hellos) < rx_bounds.MAX_PIDS):
             # info holds only the HELLO's known keys, bounded (receiver.clean_info)
             self.hellos[pid] = {**self.hellos.get(pid, {}), **obj["info"]}
+            self.lifetimes.setdefault(pid, [self.clock(), None])
+        elif obj.get("type") == "gpu_status" and pid in self.lifetimes and isinstance(obj.get("info"), dict) \
+                and obj["info"].get("when") == "exit":
+            self.lifetimes[pid][1] = self.clock()
         self.ctx.write_meta(obj)

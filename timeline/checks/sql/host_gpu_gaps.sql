@@ -49,7 +49,8 @@ create or replace perfetto table _tl_hg_active as
 select gap_id, sum(iif(state in ('Running', 'R', 'R+'), dur, 0)) as active, sum(dur) as covered
 from _tl_hg_sj group by gap_id;
 
--- Host-bound: not blocked for most of it, and on the CPU (or state unknown).
+-- Host-bound: not blocked for most of it, and on the CPU. Without thread
+-- state (no -e sched) a gap is kept apart as unknown: counted, never judged.
 create or replace perfetto table _tl_hg_host as
 select g.*, a.covered is null as unknown
 from _tl_hg_gap g left join _tl_hg_blocked b using (gap_id) left join _tl_hg_active a using (gap_id)
@@ -59,19 +60,25 @@ where coalesce(b.blocked, 0) < 0.5 * g.dur
 create or replace perfetto table _tl_hg as
 select w.upid, w.ts, w.end_ts - w.ts as span,
   (select count(*) from _tl_hg_sub s where s.upid = w.upid and s.ts >= w.ts) as subs,
-  (select count(*) from _tl_hg_host h where h.upid = w.upid and not h.startup) as gaps,
-  coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup), 0) as gap_total,
-  (select max(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup) as longest,
-  (select sum(unknown) from _tl_hg_host h where h.upid = w.upid and not h.startup) as unknown
+  (select count(*) from _tl_hg_host h where h.upid = w.upid and not h.startup and not h.unknown) as gaps,
+  coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup and not h.unknown), 0)
+    as gap_total,
+  (select max(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup and not h.unknown) as longest,
+  (select count(*) from _tl_hg_host h where h.upid = w.upid and not h.startup and h.unknown) as unknown,
+  coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup and h.unknown), 0)
+    as unknown_total
 from _tl_hg_steady w where not exists(select 1 from _tl_gpu);
 
 -- With GPU activity: per device, over its steady state.
 create or replace perfetto table _tl_hg_dev as
 select t.device, t.ts, t.span, t.span - t.busy as idle, w.utid,
-  (select count(*) from _tl_hg_host h where h.device = t.device and not h.startup) as gaps,
-  coalesce((select sum(dur) from _tl_hg_host h where h.device = t.device and not h.startup), 0) as gap_total,
-  (select max(dur) from _tl_hg_host h where h.device = t.device and not h.startup) as longest,
-  (select sum(unknown) from _tl_hg_host h where h.device = t.device and not h.startup) as unknown
+  (select count(*) from _tl_hg_host h where h.device = t.device and not h.startup and not h.unknown) as gaps,
+  coalesce((select sum(dur) from _tl_hg_host h where h.device = t.device and not h.startup and not h.unknown), 0)
+    as gap_total,
+  (select max(dur) from _tl_hg_host h where h.device = t.device and not h.startup and not h.unknown) as longest,
+  (select count(*) from _tl_hg_host h where h.device = t.device and not h.startup and h.unknown) as unknown,
+  coalesce((select sum(dur) from _tl_hg_host h where h.device = t.device and not h.startup and h.unknown), 0)
+    as unknown_total
 from tl_gpu_time t join tl_gpu_window w using (device);
 
 create or replace perfetto table _tl_hg_util as
@@ -95,13 +102,16 @@ from _tl_hg_util x group by gpu;
 
 select
   case when gap_total >= ${error_fraction} * span then 'error'
-       when gap_total >= ${warn_fraction} * span then 'warning' else 'ok' end as severity,
+       when gap_total >= ${warn_fraction} * span then 'warning' when unknown > 0 then 'info' else 'ok' end
+    as severity,
   printf('%s (pid %d): %,d gaps of >= %g ms between GPU submissions while the submitting thread was busy on '
          || 'the CPU, %.3f s = %.0f%% of its submission span (%.2f s, %,d submissions)%s',
          p.name, p.pid, gaps, ${min_gap_ms}, gap_total / 1e9, 100.0 * gap_total / span,
          span / 1e9, subs, iif(gaps > 0, printf('; longest %.1f ms', longest / 1e6), ''))
-    || iif(unknown > 0, printf(' (%d gaps without thread state: assumed busy)', unknown), '') as finding,
-  coalesce((select ts from _tl_hg_host h where h.upid = g.upid order by dur desc limit 1), g.ts) as ts,
+    || iif(unknown > 0, printf('; %d more gaps (%.3f s) not judged: thread state not recorded (-e sched)',
+                               unknown, unknown_total / 1e9), '') as finding,
+  coalesce((select ts from _tl_hg_host h where h.upid = g.upid and not h.unknown order by dur desc limit 1), g.ts)
+    as ts,
   coalesce(longest, span) as dur,
   null as hint,
   round(1.0 * gap_total / span, 4) as gap_fraction, gaps, round(coalesce(longest, 0) / 1e6, 3) as longest_ms,
@@ -110,13 +120,15 @@ from _tl_hg g join _tl_pname p using (upid) where span > 0
 union all
 select
   case when gap_total >= ${error_fraction} * span then 'error'
-       when gap_total >= ${warn_fraction} * span then 'warning' else 'ok' end,
+       when gap_total >= ${warn_fraction} * span then 'warning' when unknown > 0 then 'info' else 'ok' end,
   printf('GPU %d was idle %.0f%% of its steady state (%.2f s of %.2f s); %,d idle stretches of >= %g us while '
          || '%s (tid %d), which feeds it, was busy on the CPU: %.3f s = %.0f%%%s', d.device, 100.0 * idle / span,
          idle / 1e9, span / 1e9, gaps, ${min_idle_us}, coalesce(t.name, '?'), t.tid, gap_total / 1e9,
          100.0 * gap_total / span, iif(gaps > 0, printf('; longest %.1f ms', longest / 1e6), ''))
-    || iif(unknown > 0, printf(' (%d without thread state: assumed busy)', unknown), ''),
-  coalesce((select ts from _tl_hg_host h where h.device = d.device and not h.startup order by dur desc limit 1),
+    || iif(unknown > 0, printf('; %d more stretches (%.3f s) not judged: thread state not recorded (-e sched)',
+                               unknown, unknown_total / 1e9), ''),
+  coalesce((select ts from _tl_hg_host h where h.device = d.device and not h.startup and not h.unknown
+            order by dur desc limit 1),
            d.ts),
   coalesce(longest, span), null,
   round(1.0 * gap_total / span, 4), gaps, round(coalesce(longest, 0) / 1e6, 3), null
@@ -140,7 +152,7 @@ select * from (
   select 'info', printf('GPU idle for %.1f ms after a submission while the host thread was busy', h.dur / 1e6),
     h.ts, h.dur, null, null, null, round(h.dur / 1e6, 3), null
   from _tl_hg_host h
-  where not h.startup
+  where not h.startup and not h.unknown
     and (exists(select 1 from _tl_hg g where g.upid = h.upid and h.device is null
                 and g.gap_total >= ${warn_fraction} * g.span)
          or exists(select 1 from _tl_hg_dev d where d.device = h.device and d.gap_total >= ${warn_fraction} * d.span))
