@@ -260,7 +260,9 @@ class ViewerServer(ThreadingHTTPServer):
         that process and pins its tracks (the group and its main thread, all
         titled '<name> <pid>') on top: v52 orders process groups by CPU time,
         so a busy DataLoader worker or another rank could come first.  GPU
-        groups ('GPU 0', gpu family) are expanded as well."""
+        groups ('GPU 0', gpu family) are expanded as well, and the per-CPU
+        scheduling group is collapsed: on a 16-CPU host its rows (mostly other
+        processes' time) filled the first screen and pushed the GPU below it."""
         url = f"/{self.token}/index.html#!/?url={urllib.parse.quote(self.trace_url, safe=':/')}"
         if self.command_pid is not None:
             regex = f"^[^ ].* {self.command_pid}$"
@@ -268,6 +270,7 @@ class ViewerServer(ThreadingHTTPServer):
                                                             "dev.perfetto.PinTracksByRegex")]
             # GPU groups (gpu family) open too: their stream tracks show without a click
             cmds.append({"id": "dev.perfetto.ExpandTracksByRegex", "args": ["^GPU [0-9]+$"]})
+            cmds.append({"id": "dev.perfetto.CollapseTracksByRegex", "args": ["^CPU Scheduling$"]})
             url += "&startupCommands=" + urllib.parse.quote(json.dumps(cmds, separators=(",", ":")), safe="")
         return url
 

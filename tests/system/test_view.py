@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 import psutil
@@ -482,6 +483,8 @@ def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_pat
         assert all(c.startswith("pt_data_worker ") for c in children), children
     v = Viewer(trace)
     assert "startupCommands=" in v.url  # the viewer read the command's pid from the trace's last packet
+    # the per-CPU rows (mostly other processes' time on a big host) start folded
+    assert '"dev.perfetto.CollapseTracksByRegex","args":["^CPU Scheduling$"]' in urllib.parse.unquote(v.url)
     browser = Browser(tempfile.mkdtemp(dir=tmp_path))
 
     def titles(selector: str) -> list:
