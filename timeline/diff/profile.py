@@ -127,11 +127,13 @@ def find_steps(tp) -> Steps:
     """NVTX steps (the main thread's top-level range name repeated most, by
     time), else the periods of its most frequent synchronizing call, else one
     step: the steady state or the run.  Steps before the steady state (start-up)
-    are left out."""
+    are left out, and so are the pieces of a range a trace set's chunk boundary
+    cut (debug arg timeline_cut): a chunk holds only part of that step."""
     lo, hi, label = _steady(tp)
     ranges = _rows(tp, f"""
         with top as (select s.ts, s.dur, s.name from slice s join thread_track tt on s.track_id = tt.id
                      where s.category = 'nvtx' and s.dur > 0 and tt.utid = (select utid from tl_main_thread)
+                       and extract_arg(s.arg_set_id, 'debug.timeline_cut') is null
                        and not exists (select 1 from ancestor_slice(s.id) a where a.category = 'nvtx')),
              pick as (select name from top group by name having count(*) >= {MIN_STEPS}
                       order by sum(dur) desc limit 1)
@@ -266,6 +268,7 @@ def _context(tp, path: str, steps: Steps) -> dict:
                         left join process p using (upid)""")
     bounds = _rows(tp, "select start_ts, end_ts from trace_bounds")
     span = (bounds[0][1] - bounds[0][0]) if bounds and bounds[0][0] is not None else None
+    ranks = _rows(tp, "select distinct rank from _tl_ranks where rank is not null limit 2")
     return {
         "trace": path,
         "command": main[0][2] if main else None,
@@ -275,6 +278,7 @@ def _context(tp, path: str, steps: Steps) -> dict:
         "steps": len(steps) if steps.source != "run" else 0,
         "step_source": steps.source,
         "step_label": steps.label,
+        "rank": int(ranks[0][0]) if len(ranks) == 1 else None,  # the trace's one rank (RANK...), if it has one
     }
 
 
