@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 
+import numpy as np
 import pytest
 
 from helpers import REPO, require_root, timeline_cmd
@@ -93,3 +94,35 @@ def test_rank_directories(runs, tmp_path):
     cp = timeline_cmd("diff", str(a), str(b), "--no-checks")
     assert cp.returncode == 0, cp.stderr
     assert "only in the baseline: rank 1" in cp.stdout and "rank 0: median step +" in cp.stdout
+
+
+def test_nvtx_steps_cut_at_chunk_boundaries_are_left_out(libs, tmp_path):
+    """NVTX steps (stand-in CUDA libraries, 30 steps of ~12 ms): a range a
+    chunk boundary cuts is in two chunks as pieces (timeline_cut); neither
+    piece is a step, so the set has fewer steps, none shorter than a whole one."""
+    d = os.path.dirname(libs["libcudart.so.12"])
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "standins"))
+    for k in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "TIMELINE_GPU_SOCKET", "TIMELINE_CUPTI_PATH"):
+        env.pop(k, None)
+    path = str(tmp_path / "k.pftrace")
+    cp = timeline_cmd("record", "-q", "--keep-raw", "-o", path, "--", sys.executable,
+                      os.path.join(REPO, "tests", "standins", "gpu_steps.py"), d, "30", "4", "10", env=env)
+    assert cp.returncode == 0, cp.stderr
+    cp = timeline_cmd("convert", str(tmp_path / "k.tlraw"), "--split", "100ms", "-o", str(tmp_path / "k.tlset"))
+    assert cp.returncode == 0, cp.stderr
+    tlset = str(tmp_path / "k.tlset")
+    n_chunks = len(json.load(open(os.path.join(tlset, "index.json")))["chunks"])
+    assert n_chunks >= 3
+    from timeline.diff.sets import profile_set
+    from timeline.identity import invoking_user
+    from timeline.trace_processor import TraceProcessorConfig
+
+    merged, _ = profile_set(tlset, TraceProcessorConfig(), invoking_user(), False, None, "baseline")
+    assert merged.steps.source == "range" and merged.steps.label == "step"
+    assert 30 - 2 * (n_chunks - 1) <= len(merged.steps) <= 30 - (n_chunks - 1)  # a cut step is in no chunk
+    whole_ms = float(np.median(merged.steps.durations))
+    assert merged.steps.durations.min() > 0.8 * whole_ms  # no piece of a step counted as one
+    report = compare(tlset, path, checks=False)
+    p50 = report.step_row()
+    assert not p50.significant and abs(p50.relative) < 0.03
+    assert [r.name for r in report.significant_rows()] == []

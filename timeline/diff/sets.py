@@ -6,7 +6,8 @@ takes) is compared rank by rank, and pooled (all ranks' steps together).
 A chunk's profile holds only whole steps: find_steps leaves out the pieces
 of an NVTX range a chunk boundary cut, and a sync period is a span between
 two calls of one chunk, so a step across a boundary is in no chunk (left
-out, not counted twice).  Chunks that cut their steps differently from the
+out, not counted twice).  Start-up steps are left out in the first chunk
+with CUDA calls only (a start-up longer than that chunk is not seen).  Chunks that cut their steps differently from the
 set's most (start-up: no syncs yet) are left out of the merge.
 """
 from __future__ import annotations
@@ -129,7 +130,7 @@ def rank_traces(path: str) -> list[str]:
 
 def _profile_one(job):
     """Worker: one trace's profile, or an error line."""
-    path, tp_config, user, checks, check_params = job
+    path, tp_config, user, checks, check_params, skip_startup = job
     from ..trace_processor import TraceProcessorError
     from .compare import _first_line, _load
     from .profile import profile
@@ -139,7 +140,7 @@ def _profile_one(job):
     except UserError as e:
         return str(e)
     try:
-        return profile(tp, path, run_checks=checks, check_params=check_params)
+        return profile(tp, path, run_checks=checks, check_params=check_params, skip_startup=skip_startup)
     except TraceProcessorError as e:
         return f"{printable(path)}: cannot read it: {_first_line(e)}"
     finally:
@@ -147,11 +148,13 @@ def _profile_one(job):
 
 
 def profile_many(paths: list[str], tp_config, user, checks: bool, check_params, role: str,
-                 workers: Optional[int] = None) -> list[Profile]:
+                 skip_startup: Optional[list[bool]] = None, workers: Optional[int] = None) -> list[Profile]:
     """Each trace's profile, in a pool of forked workers (one engine each)."""
     from ..checks.fleet import run_pool
 
-    outs = run_pool(_profile_one, [(p, tp_config, user, checks, check_params) for p in paths], workers)
+    skip = skip_startup or [True] * len(paths)
+    outs = run_pool(_profile_one, [(p, tp_config, user, checks, check_params, s) for p, s in zip(paths, skip)],
+                    workers)
     bad = next((o for o in outs if isinstance(o, str)), None)
     if bad is not None:
         raise UserError(f"{role}: {bad}")
@@ -167,7 +170,11 @@ def profile_set(path: str, tp_config, user, checks: bool, check_params, role: st
     chunks = read_index(path, user)
     if progress:
         progress(f"reading the {role}, {os.path.basename(os.path.normpath(path))} ({len(chunks)} chunks)")
-    parts = profile_many([c["path"] for c in chunks], tp_config, user, False, None, role)
+    # The run's start-up (before its steady state) is in the first chunk with
+    # CUDA calls; a later chunk's first launches are not one.
+    first = next((i for i, c in enumerate(chunks) if "cuda" in (c.get("families") or ())), 0)
+    parts = profile_many([c["path"] for c in chunks], tp_config, user, False, None, role,
+                         [i <= first for i in range(len(chunks))])
     merged = merge_profiles(parts, path)
     notes = [f"the {role} is a trace set of {len(chunks)} chunks: {SET_STEPS_NOTE}"]
     if merged.left_out and merged.profile.have.get("steps"):
