@@ -13,8 +13,8 @@ EXIT_REGRESSION = 1  # --fail-on-regression reached (2 stays "timeline itself fa
 
 
 @click.command("diff")
-@click.argument("baseline", type=click.Path(dir_okay=False))
-@click.argument("candidate", type=click.Path(dir_okay=False))
+@click.argument("baseline", type=click.Path())
+@click.argument("candidate", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
               help=f"Exit {EXIT_REGRESSION} when the median step time is more than PCT % slower (for CI).")
@@ -28,11 +28,14 @@ def diff(baseline, candidate, fmt, fail_pct, min_change, min_impact, no_checks, 
     """Compare two runs: step time (p50/p90), the main thread's states per
     step, CUDA calls, GPU kernels, copies, launch delays, Python functions
     and the checks' findings, each change with a significance mark (a
-    bootstrap interval), sorted by impact on step time.
+    bootstrap interval), sorted by impact on step time.  A side may be a
+    trace set (NAME.tlset/: its chunks merged); two directories of per-rank
+    traces are compared rank by rank and with all ranks pooled.
 
     \b
     timeline diff yesterday.pftrace today.pftrace
     timeline diff base.pftrace new.pftrace --format json --fail-on-regression 5
+    timeline diff base.tlset new.tlset;  timeline diff ranks-old/ ranks-new/
     Exit status: 0; 1 with --fail-on-regression when the median step time
     regressed by more than PCT %; 2 on errors; 130 on Ctrl-C.
     """

@@ -237,11 +237,14 @@ def compare(baseline_path: str, candidate_path: str, *, tp_config=None, user=Non
     """Diffs two traces (paths): each opened as `user` (identity.InvokingUser;
     None: the invoking user) through trace_file, loaded by `tp_config`
     (TraceProcessorConfig; None: the default engine), profiled, compared.
-    Bad inputs raise errors.UserError (one line). `progress(message)` is told
-    what is being done."""
+    Either side may be a trace set (its chunks' profiles merged, sets.py);
+    two directories of per-rank traces are compared rank by rank and pooled
+    (the report's `ranks`). Bad inputs raise errors.UserError (one line).
+    `progress(message)` is told what is being done."""
     from ..errors import UserError
     from ..identity import invoking_user
     from ..trace_processor import TraceProcessorConfig, TraceProcessorError
+    from . import sets
     from .profile import profile
 
     if not 0 < confidence < 1:
@@ -250,8 +253,22 @@ def compare(baseline_path: str, candidate_path: str, *, tp_config=None, user=Non
         raise UserError("min_change and min_impact must be >= 0")
     tp_config = tp_config or TraceProcessorConfig()
     user = user or invoking_user()
-    profiles = []
-    for role, path in (("baseline", baseline_path), ("candidate", candidate_path)):
+    judge = {"min_change": min_change, "min_impact": min_impact, "confidence": confidence, "seed": seed}
+    kinds = (sets.input_kind(baseline_path), sets.input_kind(candidate_path))
+    if "ranks" in kinds:
+        if kinds != ("ranks", "ranks"):
+            d, other = (baseline_path, candidate_path) if kinds[0] == "ranks" else (candidate_path, baseline_path)
+            raise UserError(f"{printable(d)} is a directory of traces (ranks) and {printable(other)} is not: "
+                            "give a directory of per-rank traces on both sides")
+        return sets.compare_rank_dirs(baseline_path, candidate_path, tp_config, user, checks, check_params,
+                                      progress, **judge)
+    profiles, notes = [], []
+    for role, path, kind in (("baseline", baseline_path, kinds[0]), ("candidate", candidate_path, kinds[1])):
+        if kind == "set":
+            prof, said = sets.profile_set(path, tp_config, user, checks, check_params, role, progress)
+            profiles.append(prof)
+            notes += said
+            continue
         if progress:
             progress(f"reading the {role}, {os.path.basename(path)}")
         tp = _load(path, tp_config, user)
@@ -261,5 +278,6 @@ def compare(baseline_path: str, candidate_path: str, *, tp_config=None, user=Non
             raise UserError(f"{role} {printable(path)}: cannot read it: {_first_line(e)}") from None
         finally:
             tp.close()
-    return compare_profiles(*profiles, min_change=min_change, min_impact=min_impact, confidence=confidence,
-                            seed=seed)
+    report = compare_profiles(*profiles, **judge)
+    report.notes += notes
+    return report

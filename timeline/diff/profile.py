@@ -123,15 +123,22 @@ def _period_starts(ts: np.ndarray) -> np.ndarray:
     return ts[np.concatenate(([True], gaps >= usual / 4))]
 
 
-def find_steps(tp) -> Steps:
+def find_steps(tp, skip_startup: bool = True) -> Steps:
     """NVTX steps (the main thread's top-level range name repeated most, by
     time), else the periods of its most frequent synchronizing call, else one
     step: the steady state or the run.  Steps before the steady state (start-up)
-    are left out."""
+    are left out, and so are the pieces of a range a trace set's chunk boundary
+    cut (debug arg timeline_cut): a chunk holds only part of that step.
+    skip_startup=False: a later chunk of a set, whose start-up was in an
+    earlier one (its own first launches are not a start-up)."""
     lo, hi, label = _steady(tp)
+    if not skip_startup:
+        b = _rows(tp, "select start_ts from trace_bounds")
+        lo = min(lo, int(b[0][0] or 0)) if b else lo
     ranges = _rows(tp, f"""
         with top as (select s.ts, s.dur, s.name from slice s join thread_track tt on s.track_id = tt.id
                      where s.category = 'nvtx' and s.dur > 0 and tt.utid = (select utid from tl_main_thread)
+                       and extract_arg(s.arg_set_id, 'debug.timeline_cut') is null
                        and not exists (select 1 from ancestor_slice(s.id) a where a.category = 'nvtx')),
              pick as (select name from top group by name having count(*) >= {MIN_STEPS}
                       order by sum(dur) desc limit 1)
@@ -266,6 +273,7 @@ def _context(tp, path: str, steps: Steps) -> dict:
                         left join process p using (upid)""")
     bounds = _rows(tp, "select start_ts, end_ts from trace_bounds")
     span = (bounds[0][1] - bounds[0][0]) if bounds and bounds[0][0] is not None else None
+    ranks = _rows(tp, "select distinct rank from _tl_ranks where rank is not null limit 2")
     return {
         "trace": path,
         "command": main[0][2] if main else None,
@@ -275,11 +283,12 @@ def _context(tp, path: str, steps: Steps) -> dict:
         "steps": len(steps) if steps.source != "run" else 0,
         "step_source": steps.source,
         "step_label": steps.label,
+        "rank": int(ranks[0][0]) if len(ranks) == 1 else None,  # the trace's one rank (RANK...), if it has one
     }
 
 
-def profile(tp, path: str, run_checks: bool = True, check_params=None) -> Profile:
-    """Reads everything the diff compares from a loaded trace."""
+def profile(tp, path: str, run_checks: bool = True, check_params=None, skip_startup: bool = True) -> Profile:
+    """Reads everything the diff compares from a loaded trace (skip_startup: find_steps)."""
     from ..checks.runner import detect_families, prelude_sql
     from ..checks.runner import run_checks as run_all_checks
 
@@ -290,7 +299,7 @@ def profile(tp, path: str, run_checks: bool = True, check_params=None) -> Profil
     else:
         families = detect_families(tp)
         tp.query(prelude_sql())
-    steps = find_steps(tp)
+    steps = find_steps(tp, skip_startup)
     states = main_thread_states(tp, steps)
     apis = _calls(_rows(tp, "select fn, ts, dur from _tl_cuda where dur >= 0"), steps)
     kernels = _calls(_rows(tp, "select name, ts, dur from _tl_gpu where category = 'gpu_kernel'"), steps)

@@ -132,6 +132,8 @@ def render_text(report: DiffReport, console) -> None:
     for label, only in (("baseline", report.only_baseline), ("candidate", report.only_candidate)):
         if only:
             console.print(Text(f"only the {label} has: {', '.join(only)} (not compared)", "yellow"))
+    if report.ranks:
+        _print_ranks(report, console)
     for note in report.notes:
         console.print(Text(f"note: {note}", "dim"))
     reg = report.step_regression()
@@ -140,3 +142,27 @@ def render_text(report: DiffReport, console) -> None:
         verdict = "slower" if reg > 0 else "faster"
         sig = "" if row.significant else " (not significant)"
         console.print(Text(f"median step {100 * abs(reg):.1f}% {verdict}{sig}", "bold"))
+
+
+def _rank_line(rd) -> str:
+    """A rank's diff in a line: its median step change, its first significant row."""
+    rep = rd.report
+    reg = rep.step_regression()
+    step = (f"median step {100 * reg:+.1f}%" + ("" if rep.step_row().significant else " (not significant)")
+            if reg is not None else "no step time")
+    top = next((r for r in rep.significant_rows() if r.section != "step"), None)
+    first = f"; first: {_label(top)} {change(top)}" if top else ""
+    checks = f"; checks: {', '.join(f'{c.check} {c.change}' for c in rep.checks)}" if rep.checks else ""
+    return f"  {printable(rd.key)}: {step}{first}{checks}"
+
+
+def _print_ranks(report: DiffReport, console) -> None:
+    from rich.text import Text
+
+    rs = report.ranks
+    console.print(Text(f"per rank (matched by {rs.matched_by}; the table above pools them):", "bold"))
+    for rd in rs.compared:
+        console.print(Text(_rank_line(rd), "" if rd.report.significant_rows() else "dim"))
+    for label, only in (("baseline", rs.only_baseline), ("candidate", rs.only_candidate)):
+        if only:
+            console.print(Text(f"only in the {label}: {', '.join(printable(k) for k in only)}", "yellow"))

@@ -70,6 +70,31 @@ class CheckChange:
 
 
 @dataclass
+class RankDiff:
+    key: str                      # 'rank 3', or the file name when the traces do not say their rank
+    baseline: str                 # the two traces
+    candidate: str
+    report: "DiffReport"
+
+    def to_json(self) -> dict:
+        return {"rank": self.key, "baseline_trace": self.baseline, "candidate_trace": self.candidate,
+                **self.report.to_json()}
+
+
+@dataclass
+class RankSet:
+    """Two directories of per-rank traces: each rank both have, compared."""
+    matched_by: str               # 'rank' (the traces' rank=N) or 'file name'
+    compared: list[RankDiff]
+    only_baseline: list[str]      # ranks one side lacks
+    only_candidate: list[str]
+
+    def to_json(self) -> dict:
+        return {"matched_by": self.matched_by, "compared": [r.to_json() for r in self.compared],
+                "only_in_baseline": self.only_baseline, "only_in_candidate": self.only_candidate}
+
+
+@dataclass
 class DiffReport:
     baseline: dict                # profile context: trace, command, machine, steps...
     candidate: dict
@@ -79,6 +104,7 @@ class DiffReport:
     only_candidate: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
+    ranks: Optional[RankSet] = None   # rank directories: the per-rank diffs (the rows pool all ranks)
 
     def step_row(self, name: str = "p50") -> Optional[Row]:
         return next((r for r in self.rows if r.section == "step" and r.name == name), None)
@@ -99,4 +125,5 @@ class DiffReport:
             "checks": [c.to_json() for c in self.checks],
             "only_in_baseline": self.only_baseline, "only_in_candidate": self.only_candidate,
             "notes": self.notes, "settings": self.settings,
+            **({"ranks": self.ranks.to_json()} if self.ranks else {}),
         }
