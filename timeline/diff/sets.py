@@ -171,8 +171,10 @@ def profile_set(path: str, tp_config, user, checks: bool, check_params, role: st
     if progress:
         progress(f"reading the {role}, {os.path.basename(os.path.normpath(path))} ({len(chunks)} chunks)")
     # The run's start-up (before its steady state) is in the first chunk with
-    # CUDA calls; a later chunk's first launches are not one.
-    first = next((i for i, c in enumerate(chunks) if "cuda" in (c.get("families") or ())), 0)
+    # its main activity (CUDA calls, GPU work); a later chunk's first launches are not one.
+    from ..registry import MAIN_ACTIVITY
+
+    first = next((i for i, c in enumerate(chunks) if set(MAIN_ACTIVITY) & set(c.get("families") or ())), 0)
     parts = profile_many([c["path"] for c in chunks], tp_config, user, False, None, role,
                          [i <= first for i in range(len(chunks))])
     merged = merge_profiles(parts, path)
