@@ -178,5 +178,10 @@ def test_ctrl_c_while_starting_is_one_line(delay):
     time.sleep(delay)
     p.send_signal(sig.SIGINT)
     err = p.communicate(timeout=30)[1]
+    if "Fatal Python error: init_import_site" in err:
+        # (on a loaded machine the signal can land while CPython itself still imports `site`,
+        # before any of timeline runs: CPython's own message, nothing of ours to judge)
+        assert "/timeline/" not in err, err  # no frame of the package (site's editable-install hook is not it)
+        return
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert p.returncode in (130, 2, -2), err  # interrupted; or it had answered (then SIGINT may end it at exit)
