@@ -145,6 +145,41 @@ class RecorderContext:
             self.processes = procs
 
 
+class PeriodicSampler:
+    """Calls `sample(ctx)` every `interval` seconds on a daemon thread of its
+    own, from start() until stop().  An exception ends the thread and is kept
+    in `error`, for the family's summary: recording goes on without it."""
+
+    def __init__(self, name: str, interval: float, sample):
+        self.name, self.interval, self._sample = name, interval, sample
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, ctx) -> None:
+        self._thread = threading.Thread(target=self._run, args=(ctx,), name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self, ctx) -> None:
+        try:
+            while True:
+                self._sample(ctx)
+                if self._stop.wait(self.interval):
+                    return
+        except BaseException as e:  # reported at stop; recording goes on
+            self.error = e
+
+    def stop(self) -> None:
+        """Ends the thread and waits for it (a sample under way finishes first)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+
 class RecorderPlugin:
     family = ""
 

@@ -7,10 +7,9 @@ that were not recorded.  counters: a sampler thread reading /proc and NVML.
 from __future__ import annotations
 
 import struct
-import threading
 
 from ..errors import UserError
-from ..recorder_plugins import RecorderPlugin
+from ..recorder_plugins import PeriodicSampler, RecorderPlugin
 from .devices import scan_dev
 from .family import IOCTL_MODES, MIN_SAMPLE_INTERVAL, sample_interval_ok
 from .ioctl_names import generic_name
@@ -83,9 +82,7 @@ class CountersPlugin(RecorderPlugin):
         self.interval = float(options.sample_interval or 0)
         self.nvml: Nvml | None = None
         self.procs = ProcSampler()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
+        self.sampler = PeriodicSampler("timeline-sampler", self.interval, self.sample)
 
     def preflight(self) -> None:
         if not sample_interval_ok(self.interval):  # options built in code skip the CLI's check
@@ -104,17 +101,7 @@ class CountersPlugin(RecorderPlugin):
         ctx.write_meta({"type": "kctx_samplers", "ts": ctx.now_ns(), "interval": self.interval,
                         "nvml": self.nvml.available, "reason": self.nvml.reason,
                         "gpus": len(self.nvml.handles) if self.nvml.available else 0})
-        self._thread = threading.Thread(target=self._run, args=(ctx,), name="timeline-sampler", daemon=True)
-        self._thread.start()
-
-    def _run(self, ctx) -> None:
-        try:
-            while True:
-                self.sample(ctx)
-                if self._stop.wait(self.interval):
-                    return
-        except BaseException as e:  # reported at stop; recording goes on
-            self.error = e
+        self.sampler.start(ctx)
 
     def sample(self, ctx) -> None:
         pids = set(ctx.processes)  # kept current from the proc ring: no map walk per sample
@@ -124,13 +111,12 @@ class CountersPlugin(RecorderPlugin):
         ctx.write_meta(rec)
 
     def stop(self, ctx) -> None:
-        if self._thread is None:
+        if not self.sampler.started:
             return
-        self._stop.set()
-        self._thread.join()
+        self.sampler.stop()
         self.sample(ctx)  # a last point, so rates cover the end of the run
         self.procs.close()
         if self.nvml is not None:
             self.nvml.close()
-        if self.error:
-            ctx.summary.append(f"warning: counters: sampling stopped early: {self.error}")
+        if self.sampler.error:
+            ctx.summary.append(f"warning: counters: sampling stopped early: {self.sampler.error}")

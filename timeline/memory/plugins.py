@@ -19,7 +19,7 @@ import numpy as np
 from .. import events
 from ..errors import UserError
 from ..kctx.family import MIN_SAMPLE_INTERVAL, sample_interval_ok
-from ..recorder_plugins import RecorderPlugin
+from ..recorder_plugins import PeriodicSampler, RecorderPlugin
 from .cgroup_records import CGROUP_SAMPLE, CGROUP_SAMPLE_EVENT, COUNTER_IDS, RING_CGROUP
 from .cgroups import MAX_CGROUPS, CgroupReader
 
@@ -33,10 +33,8 @@ class CgroupPlugin(RecorderPlugin):
         self.reader: CgroupReader | None = None
         self._members: dict | None = None
         self._index: dict[str, int] = {}   # label -> its `cgroup` index in the records
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
+        self.sampler = PeriodicSampler("timeline-cgroups", self.interval, self.sample)
 
     def preflight(self) -> None:
         if not sample_interval_ok(self.interval):
@@ -53,17 +51,7 @@ class CgroupPlugin(RecorderPlugin):
         if not self.reader.mounts:
             ctx.summary.append("cgroup: no cgroup filesystem mounted: no cgroup counters")
             return
-        self._thread = threading.Thread(target=self._run, args=(ctx,), name="timeline-cgroups", daemon=True)
-        self._thread.start()
-
-    def _run(self, ctx) -> None:
-        try:
-            while True:
-                self.sample(ctx)
-                if self._stop.wait(self.interval):
-                    return
-        except BaseException as e:  # reported at stop; recording goes on
-            self.error = e
+        self.sampler.start(ctx)
 
     def sample(self, ctx) -> None:
         with self._lock:
@@ -84,12 +72,11 @@ class CgroupPlugin(RecorderPlugin):
                 ctx.write_ring(RING_CGROUP, events.encode_ring_bytes(recs))
 
     def stop(self, ctx) -> None:
-        if self._thread is None:
+        if not self.sampler.started:
             if self.reader is not None:
                 self.reader.close()
             return
-        self._stop.set()
-        self._thread.join()
+        self.sampler.stop()
         self.sample(ctx)  # a last point, so the counters cover the end of the run
         r = self.reader
         if r.over_limit:
@@ -97,5 +84,5 @@ class CgroupPlugin(RecorderPlugin):
         for what, why in sorted(r.unreadable.items())[:3]:
             ctx.summary.append(f"cgroup: cannot read {what}: {why}")
         r.close()
-        if self.error:
-            ctx.summary.append(f"warning: cgroup: sampling stopped early: {self.error}")
+        if self.sampler.error:
+            ctx.summary.append(f"warning: cgroup: sampling stopped early: {self.sampler.error}")
