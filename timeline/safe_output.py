@@ -141,7 +141,37 @@ def open_for_reading(path: str, user=None) -> int:
     return as_user(user, lambda: (None, os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)))[1]
 
 
-class OutputFile:
+class _Pending:
+    """What an output being written does at the end of a `with`: commit() when
+    the block ended normally, discard() when it raised; `fd` closed either way."""
+    fd: int
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.commit()
+            else:
+                self.discard()
+        finally:
+            self.close()
+        return False
+
+
+class OutputFile(_Pending):
     """A file that will appear at `path`: write through `fd`, then `commit()`.
 
     `user`: the invoking user (identity.InvokingUser), or None: as we are.
@@ -209,26 +239,8 @@ class OutputFile:
             except OSError:
                 pass
 
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.commit()
-            else:
-                self.discard()
-        finally:
-            self.close()
-        return False
-
-
-class OutputDir:
+class OutputDir(_Pending):
     """A directory of output files (a trace set) that will appear at `path`:
     `create(name)` each file, then `commit()`.
 
@@ -332,21 +344,3 @@ class OutputDir:
             as_user(self.user, rm)
         except OSError:
             pass
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.commit()
-            else:
-                self.discard()
-        finally:
-            self.close()
-        return False
