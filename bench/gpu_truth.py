@@ -264,6 +264,21 @@ def phase_models(run: Run, model: str, coexist: bool) -> None:
     run.pack(model, run.files(*names))
 
 
+def step_table(run: Run, phase: str, model: str, per: dict) -> None:
+    """Per configuration: its runs' median steps, their median and its ratio to the untraced one;
+    into results.json under phases.PHASE.MODEL, and the log."""
+    table = {c: {"median_step_ms_per_rep": v, "median_of_medians_ms": statistics.median(v) if v else None}
+             for c, v in per.items()}
+    base = table["untraced"]["median_of_medians_ms"]
+    for c in table:
+        m = table[c]["median_of_medians_ms"]
+        table[c]["ratio_vs_untraced"] = m / base if m and base else None
+    run.results["phases"].setdefault(phase, {})[model] = table
+    run.save()
+    run.log(f"{phase.replace('_', ' ')} {model}: " + ", ".join(
+        f"{c} {t['median_of_medians_ms']} ms ({t['ratio_vs_untraced']})" for c, t in table.items()))
+
+
 def phase_overhead(run: Run, model: str, reps: int) -> None:
     configs = [("untraced", None), ("gpu", "gpu"), ("all", ALL_FAMILIES)]
     steps, warm = max(run.steps, 60), run.warmup
@@ -278,16 +293,7 @@ def phase_overhead(run: Run, model: str, reps: int) -> None:
                 per[cname].append(r["median_step_ms"])
             for f in run.files(f"{name}.pftrace"):
                 os.remove(f)  # only the numbers matter here
-    table = {c: {"median_step_ms_per_rep": v, "median_of_medians_ms": statistics.median(v) if v else None}
-             for c, v in per.items()}
-    base = table["untraced"]["median_of_medians_ms"]
-    for c in table:
-        m = table[c]["median_of_medians_ms"]
-        table[c]["ratio_vs_untraced"] = m / base if m and base else None
-    run.results["phases"].setdefault("overhead", {})[model] = table
-    run.save()
-    run.log(f"overhead {model}: " + ", ".join(f"{c} {t['median_of_medians_ms']} ms ({t['ratio_vs_untraced']})"
-                                              for c, t in table.items()))
+    step_table(run, "overhead", model, per)
 
 
 # What each part of the gpu family costs the traced program (TIMELINE_GPU_OFF, activity.c),
@@ -312,16 +318,7 @@ def phase_cupti_share(run: Run, model: str, reps: int) -> None:
                 per[cname].append(r["median_step_ms"])
             for f in run.files(f"{name}.pftrace", f"{name}.json"):
                 os.remove(f)
-    table = {c: {"median_step_ms_per_rep": v, "median_of_medians_ms": statistics.median(v) if v else None}
-             for c, v in per.items()}
-    base = table["untraced"]["median_of_medians_ms"]
-    for c in table:
-        m = table[c]["median_of_medians_ms"]
-        table[c]["ratio_vs_untraced"] = m / base if m and base else None
-    run.results["phases"].setdefault("cupti_share", {})[model] = table
-    run.save()
-    run.log(f"cupti share {model}: " + ", ".join(f"{c} {t['median_of_medians_ms']} ms ({t['ratio_vs_untraced']})"
-                                                 for c, t in table.items()))
+    step_table(run, "cupti_share", model, per)
 
 
 def phase_cuda12(run: Run) -> None:
