@@ -174,6 +174,18 @@ returns TableOrSubquery as (
   group by key
 );
 
+-- Per name: of the rows of `src` (columns name, py_line) with a Python line,
+-- how many (with_stack), the line most of them came from (top_line, ties to
+-- the first line in order) and how many came from it (top_n).
+create or replace perfetto macro _tl_top_py_line(src TableOrSubquery)
+returns TableOrSubquery as (
+  select name, with_stack, py_line as top_line, n as top_n
+  from (select name, py_line, n, sum(n) over (partition by name) as with_stack,
+               row_number() over (partition by name order by n desc, py_line) as rn
+        from (select name, py_line, count(*) as n from $src where py_line is not null group by name, py_line))
+  where rn = 1
+);
+
 -- GPU activity (the gpu family, from CUPTI): kernels, copies and memsets as
 -- slices on per-stream tracks, categories gpu_kernel / gpu_memcpy /
 -- gpu_memset, args device, stream, correlation_id..., and a flow from the CPU

@@ -19,14 +19,8 @@ select k.*, s.p50,
 from _tl_ko k join _tl_ko_stat s using (name)
 where k.dur >= ${outlier_factor} * s.p50 and k.dur >= ${min_outlier_us} * 1000;
 
-create or replace perfetto table _tl_ko_pyl as
-select name, py_line, count(*) as n from _tl_ko_out where py_line is not null group by name, py_line;
-
 create or replace perfetto table _tl_ko_py as
-select name, sum(n) as with_stack,
-  (select x.py_line from _tl_ko_pyl x where x.name = p.name order by x.n desc, x.py_line limit 1) as top_line,
-  max(n) as top_n
-from _tl_ko_pyl p group by name;
+select * from _tl_top_py_line!(_tl_ko_out);
 
 select 'warning' as severity,
   printf('%s: %,d of %,d runs took over %gx its median (%.1f us); p99 %.1f us, worst %.2f ms', s.name, count(o.id),

@@ -29,14 +29,8 @@ select id as slice_id, ts, dur, name as fn, utid, p50, py_line from _tl_ll_out
 order by dur desc limit cast(${max_outliers} as int);
 
 -- Per function: the Python line most of its outliers with a stack came from.
-create or replace perfetto table _tl_ll_pyl as
-select name, py_line, count(*) as n from _tl_ll_out where py_line is not null group by name, py_line;
-
 create or replace perfetto table _tl_ll_py as
-select name, sum(n) as with_stack,
-  (select x.py_line from _tl_ll_pyl x where x.name = p.name order by x.n desc, x.py_line limit 1) as top_line,
-  max(n) as top_n
-from _tl_ll_pyl p group by name;
+select * from _tl_top_py_line!(_tl_ll_out);
 
 -- Only the needed columns: span_join refuses duplicate column names.
 create or replace perfetto table _tl_ll_ts as
