@@ -57,29 +57,30 @@ from _tl_hg_gap g left join _tl_hg_blocked b using (gap_id) left join _tl_hg_act
 where coalesce(b.blocked, 0) < 0.5 * g.dur
   and (a.covered is null or a.active >= ${active_fraction} * g.dur);
 
+-- Per `key` (a process, or a GPU): the steady-state gaps judged (count, total,
+-- longest) and those with no thread state to judge them by (count, total).
+create or replace perfetto macro _tl_hg_totals(key Expr)
+returns TableOrSubquery as (
+  select $key as k, sum(not unknown) as gaps, sum(iif(unknown, 0, dur)) as gap_total,
+    max(iif(unknown, null, dur)) as longest, sum(unknown) as unknown, sum(iif(unknown, dur, 0)) as unknown_total
+  from _tl_hg_host where not startup group by $key
+);
+
 create or replace perfetto table _tl_hg as
 select w.upid, w.ts, w.end_ts - w.ts as span,
   (select count(*) from _tl_hg_sub s where s.upid = w.upid and s.ts >= w.ts) as subs,
-  (select count(*) from _tl_hg_host h where h.upid = w.upid and not h.startup and not h.unknown) as gaps,
-  coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup and not h.unknown), 0)
-    as gap_total,
-  (select max(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup and not h.unknown) as longest,
-  (select count(*) from _tl_hg_host h where h.upid = w.upid and not h.startup and h.unknown) as unknown,
-  coalesce((select sum(dur) from _tl_hg_host h where h.upid = w.upid and not h.startup and h.unknown), 0)
-    as unknown_total
-from _tl_hg_steady w where not exists(select 1 from _tl_gpu);
+  coalesce(t.gaps, 0) as gaps, coalesce(t.gap_total, 0) as gap_total, t.longest,
+  coalesce(t.unknown, 0) as unknown, coalesce(t.unknown_total, 0) as unknown_total
+from _tl_hg_steady w left join (select * from _tl_hg_totals!(upid)) t on t.k = w.upid
+where not exists(select 1 from _tl_gpu);
 
 -- With GPU activity: per device, over its steady state.
 create or replace perfetto table _tl_hg_dev as
 select t.device, t.ts, t.span, t.span - t.busy as idle, w.utid,
-  (select count(*) from _tl_hg_host h where h.device = t.device and not h.startup and not h.unknown) as gaps,
-  coalesce((select sum(dur) from _tl_hg_host h where h.device = t.device and not h.startup and not h.unknown), 0)
-    as gap_total,
-  (select max(dur) from _tl_hg_host h where h.device = t.device and not h.startup and not h.unknown) as longest,
-  (select count(*) from _tl_hg_host h where h.device = t.device and not h.startup and h.unknown) as unknown,
-  coalesce((select sum(dur) from _tl_hg_host h where h.device = t.device and not h.startup and h.unknown), 0)
-    as unknown_total
-from tl_gpu_time t join tl_gpu_window w using (device);
+  coalesce(h.gaps, 0) as gaps, coalesce(h.gap_total, 0) as gap_total, h.longest,
+  coalesce(h.unknown, 0) as unknown, coalesce(h.unknown_total, 0) as unknown_total
+from tl_gpu_time t join tl_gpu_window w using (device)
+  left join (select * from _tl_hg_totals!(device)) h on h.k = t.device;
 
 create or replace perfetto table _tl_hg_util as
 select gpu, ts, dur, value, sum(value >= ${low_util_pct}) over (partition by gpu order by ts) as run
