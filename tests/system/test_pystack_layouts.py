@@ -20,7 +20,8 @@ from timeline.btf_layout import Btf
 from timeline.pystack import interpreter, layouts, walk
 from timeline.pystack import records as R
 from timeline.pystack.memory import ProcessMemory
-from timeline.pystack.symbolize import NOT_STARTED, code_check, line_at, ranges_310, ranges_311
+from timeline.pystack.symbolize import (NOT_STARTED, code_check, line_at, ranges_310, ranges_311,
+                                         ranges_311_many)
 from helpers import REPO
 from pystack_pythons import OLD, PYTHONS, params
 
@@ -132,10 +133,17 @@ def test_line_tables_decode_like_co_lines(name):
     minor = int(name.rsplit(".", 1)[1])
     codes = json.loads(subprocess.run([PYTHONS[name], "-c", DUMP], capture_output=True, text=True,
                                       check=True).stdout)
-    decode = ranges_310 if minor == 10 else ranges_311
+    if minor == 10:
+        decoded = [ranges_310(bytes.fromhex(table), first) for table, first, _ in codes]
+    else:  # all tables in one batch (as the recorder decodes them), with an empty and a damaged one among them
+        tables = [bytes.fromhex(table) for table, _, _ in codes]
+        firsts = [first for _, first, _ in codes]
+        batch = ranges_311_many(tables[:5] + [b"", b"\x05\x01"] + tables[5:], firsts[:5] + [1, 1] + firsts[5:])
+        assert batch[5] == batch[6] == ([], [], [])
+        decoded = batch[:5] + batch[7:]
+        assert [ranges_311(t, f) for t, f in zip(tables[:50], firsts[:50])] == decoded[:50]
     checked = 0
-    for table, first, lines in codes:
-        ranges = decode(bytes.fromhex(table), first)
+    for (table, first, lines), ranges in zip(codes, decoded, strict=True):
         for start, end, line in lines:
             for off in range(start, end, 2):
                 got = line_at(ranges, off, first)

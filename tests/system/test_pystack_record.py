@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from timeline.pystack import records as R
+from timeline.pystack.converter import FrameNames
 from timeline.trace_processor import open_trace
 from helpers import REPO, read_raw, require_root, timeline_cmd
 from pystack_pythons import PYTHONS, params
@@ -71,10 +72,17 @@ def arg_text(info, inner: str) -> str:
 
 def recorded_stacks(raw) -> dict[tuple[int, int], list[tuple[str, str, int]]]:
     """(pid, stack id) -> frames, from the py_stacks META blocks."""
-    frames, out = {}, {}
+    frames, out, names = {}, {}, FrameNames()
     for m in raw["metas"]:
         if m["type"] == "py_stacks":
-            frames.update({i: (fn, path, line) for i, fn, path, line in m["frames"]})
+            for code in m.get("codes", []):
+                names.code(*code)
+            for frame in m["frames"]:
+                if len(frame) == 4:
+                    frames[frame[0]] = tuple(frame[1:])
+                else:
+                    names.frame(*frame)
+            frames.update(names.named())
             for pid, sid, _flags, ids in m["stacks"]:
                 out[(pid, int(sid, 16))] = [frames[i] for i in ids]
     return out

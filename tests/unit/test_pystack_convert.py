@@ -190,3 +190,43 @@ def test_one_launch_in_n_gets_the_stack_it_was_taken_at(tmp_path):
     assert [i for i, r in enumerate(got) if r[4] is not None] == list(range(0, n, 4))
     assert {r[4] for r in got if r[4] is not None} == {"train.py:12 inner \u2190 train.py:57 step \u2190 "
                                                        "train.py:90 main \u2190 train.py:95 <module>"}
+
+
+def _code_table():
+    """A real function's code object: its line table as CPython keeps it, and
+    (byte offset, line) of each of its instructions, from co_lines()."""
+    def sample(a):
+        b = a + 1
+        if b > 2:
+            b *= 3
+        return b
+    co = sample.__code__
+    lines = [(start, line) for start, end, line in co.co_lines() if line is not None and end > start]
+    return co, lines
+
+
+def test_frames_as_code_objects_are_named_from_their_line_tables(tmp_path):
+    """The recorder writes (code object, instruction) frames and each code
+    object's line table once: conversion decodes the lines; two offsets on one
+    line are one frame; an unknown code id or a damaged table never fails it."""
+    import base64
+    import sys
+    co, lines = _code_table()
+    minor = 10 if sys.version_info[:2] == (3, 10) else 11
+    (off1, line1), (off2, line2) = lines[1], lines[-1]
+    same = next(o for o, ln in lines if ln == line1 and o != off1) if sum(ln == line1 for _, ln in lines) > 1 else off1
+    codes = [[7, "outer.<locals>.sample", "/w/m.py", co.co_firstlineno, minor, base64.b64encode(co.co_linetable).decode()],
+             [8, "broken", "/w/b.py", 40, 11, "***not base64***"]]
+    frames = [[0, 7, off1], [1, 7, off2], [2, 7, same], [3, 99, 0], [4, 8, 6], [5, "<unresolved>", "", 0]]
+    meta = {"type": "py_stacks", "ts": T(4), "codes": codes, "frames": frames,
+            "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 3, 4, 5]], [PID, f"{STACK_WAIT:x}", 0, [2, 1]]]}
+    raw = write_log(tmp_path / "c.tlraw", metas=[meta])
+    out = str(tmp_path / "c.pftrace")
+    convert(raw, out)
+    with open_trace(out) as tp:
+        got = [r[4] for r in query_slices(tp, "s.name = 'cudaStreamSynchronize'")]
+        waits = [r[4] for r in query_slices(tp, "s.name = 'wait'")]
+    want = (f"m.py:{line1} outer.<locals>.sample \u2190 m.py:{line2} outer.<locals>.sample \u2190 "
+            "<unknown code> \u2190 b.py:40 broken \u2190 <unresolved>")
+    assert got[:2] == [want, want] and line1 != line2
+    assert waits[0] == f"m.py:{line1} outer.<locals>.sample \u2190 m.py:{line2} outer.<locals>.sample"

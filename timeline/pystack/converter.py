@@ -1,7 +1,8 @@
 """Converter of the `pystack` family: where in the Python program it happened.
 
-Pass 1 learns the stacks (py_stacks META blocks: frames symbolized by the
-recorder) and keeps the records: stacks at CUDA calls (per thread, by
+Pass 1 learns the stacks (py_stacks META blocks: frames as the recorder
+named them, or as (code object, instruction) with the code objects' line
+tables, decoded here) and keeps the records: stacks at CUDA calls (per thread, by
 time) and waits.  Pass 2 writes:
 - a slice per wait ("wait", category "python") on the thread, its Python
   stack as arg `py`: "train.py:57 step <- train.py:90 main", innermost first;
@@ -17,6 +18,7 @@ Chrome JSON sink points the slices at them (`sf`).
 """
 from __future__ import annotations
 
+import binascii
 import os
 
 import numpy as np
@@ -24,13 +26,55 @@ import numpy as np
 from ..converters.families import FamilyConverter
 from ..converters.interface import Column
 from . import records as R
+from .symbolize import LineTable, decode_tables, line_at
 
 WAIT_NAME, CATEGORY = "wait", "python"
 ARG = "py"
 ARG_FRAMES = 8          # frames named in the `py` arg; more are "..."
 JOIN_SLACK_NS = 500_000  # a stack and the call slice it belongs to start this close (same uprobe hit)
 UNKNOWN_STACK = "?"
+UNKNOWN_CODE = "<unknown code>"  # a frame naming a code object the log does not hold (damaged input)
 TRUNCATED = f"<more than {R.PY_MAX_FRAMES} frames>"
+
+
+class FrameNames:
+    """Frames the recorder wrote as (code object, instruction offset): their
+    (function, file, line), from the code objects' line tables, decoded in one
+    batch per META block."""
+
+    def __init__(self):
+        self.codes: dict[int, tuple] = {}        # code id -> (function, file, first line, format, table text)
+        self.tables: dict[int, LineTable] = {}   # code id -> its decoded ranges
+        self.pending: list[tuple[int, int, int]] = []
+
+    def code(self, cid: int, fn, path, first: int, minor: int, table: str) -> None:
+        self.codes[cid] = (str(fn), str(path), first, minor, table)
+
+    def frame(self, idx: int, cid: int, instr: int) -> None:
+        self.pending.append((idx, cid, instr))
+
+    def named(self) -> list[tuple[int, tuple[str, str, int]]]:
+        todo = {cid for _, cid, _ in self.pending if cid in self.codes and cid not in self.tables}
+        for minor in (10, 11):
+            cids, raw = [], []
+            for cid in sorted(todo):
+                if self.codes[cid][3] == minor:
+                    try:
+                        raw.append(binascii.a2b_base64(self.codes[cid][4]))
+                    except (binascii.Error, ValueError):
+                        raw.append(b"")  # malformed input: the function's first line
+                    cids.append(cid)
+            for cid, table in zip(cids, decode_tables(minor, raw, [self.codes[c][2] for c in cids])):
+                self.tables[cid] = table
+        out = []
+        for idx, cid, instr in self.pending:
+            code = self.codes.get(cid)
+            if code is None:
+                out.append((idx, (UNKNOWN_CODE, "", 0)))
+            else:
+                out.append((idx, (code[0], code[1], line_at(self.tables[cid], instr, code[2]))))
+        self.pending = []
+        return out
 
 
 class PyStackConverter(FamilyConverter):
@@ -48,6 +92,8 @@ class PyStackConverter(FamilyConverter):
         self.sample_hz = hz if isinstance(hz, int) else 0
         self.frames: list[tuple[str, str, int]] = []
         self.frame_at: dict[int, int] = {}          # index in the log -> index in self.frames
+        self.frame_index: dict[tuple[str, str, int], int] = {}
+        self.names = FrameNames()
         self.stacks: dict[tuple[int, int], int] = {}  # (pid, stack id) -> index in self.callstacks
         self.callstacks: list[tuple[int, ...]] = []
         self.texts: dict[int, str] = {}             # callstack index -> `py` arg
@@ -61,12 +107,19 @@ class PyStackConverter(FamilyConverter):
     def scan_meta(self, meta: dict) -> None:
         if meta.get("type") != "py_stacks":
             return
-        frames, stacks = meta.get("frames"), meta.get("stacks")
+        codes, frames, stacks = meta.get("codes"), meta.get("frames"), meta.get("stacks")
+        for item in codes if isinstance(codes, list) else ():
+            if (isinstance(item, list) and len(item) == 6 and isinstance(item[0], int) and isinstance(item[3], int)
+                    and item[4] in (10, 11) and isinstance(item[5], str)):
+                self.names.code(*item)
         for item in frames if isinstance(frames, list) else ():
             if isinstance(item, list) and len(item) == 4 and isinstance(item[0], int):
                 idx, fn, path, line = item
-                self.frame_at[idx] = len(self.frames)
-                self.frames.append((str(fn), str(path), line if isinstance(line, int) else 0))
+                self.frame_at[idx] = self._frame((str(fn), str(path), line if isinstance(line, int) else 0))
+            elif isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item):
+                self.names.frame(*item)
+        for idx, frame in self.names.named():  # all of this block's new line tables decoded at once
+            self.frame_at[idx] = self._frame(frame)
         for item in stacks if isinstance(stacks, list) else ():
             if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], int)):
                 continue
@@ -83,10 +136,18 @@ class PyStackConverter(FamilyConverter):
             self.stacks[key] = len(self.callstacks)
             self.callstacks.append(frames)
 
+    def _frame(self, frame: tuple[str, str, int]) -> int:
+        """The index of a (function, file, line) frame, one per distinct frame
+        (the recorder's frames are (code object, instruction): several share a line)."""
+        idx = self.frame_index.get(frame)
+        if idx is None:
+            idx = self.frame_index[frame] = len(self.frames)
+            self.frames.append(frame)
+        return idx
+
     def _truncated(self) -> int:
         if self._trunc_frame is None:
-            self._trunc_frame = len(self.frames)
-            self.frames.append((TRUNCATED, "", 0))
+            self._trunc_frame = self._frame((TRUNCATED, "", 0))
         return self._trunc_frame
 
     def scan_ring(self, ring: int, recs: np.ndarray) -> None:

@@ -11,18 +11,22 @@
   (the cuda family's discovery), --cuda-lib, and copies that show up in a
   Python process's mappings later (re-read when its VmLib changes).
 - A thread of its own waits on the py_stacks ring (BPF wakes it for each new
-  distinct stack) and symbolizes at once, while the code objects live:
-  process_vm_readv of the code objects (symbolize.py), written to the raw
-  log as META blocks, so conversion needs no live process.
+  distinct stack) and reads the new code objects at once, while they live:
+  batched process_vm_readv (symbolize.py), written to the raw log as META
+  blocks with their line tables as CPython keeps them, so conversion needs
+  no live process and the recorder decodes nothing.
 
 Raw log META blocks written here:
-  {"type": "py_stacks", "ts", "frames": [[index, function, file, line]...],
+  {"type": "py_stacks", "ts",
+   "codes": [[code id, function, file, first line, table format (10|11), line table (base64)]...],
+   "frames": [[index, code id, instruction byte offset]... or [index, function, file, line] (unnamed)],
    "stacks": [[pid, "stack id (hex)", flags, [frame index, innermost first]]...]}
   {"type": "py_procs", "ts", "processes": [{pid, path, version}]}
   {"type": "py_stats", "ts", walks, no_state, ...}
 """
 from __future__ import annotations
 
+import base64
 import os
 import select
 import struct
@@ -58,6 +62,7 @@ UNRESOLVED = "<unresolved>"
 # cannot make the recorder read its memory without end).
 MAX_STACKS = 200_000
 BPF_EXIST = 2
+MAX_FRAME_IDS = 200_000  # (code, instruction, checksum) -> frame, per process; past it the map starts over
 STACKS_WRITE_EVERY = 0.25  # s between py_stacks META blocks (stacks are named at once, written in batches)
 
 
@@ -92,12 +97,14 @@ class PyStackPlugin(RecorderPlugin):
         self.mapped_libs: set[tuple[str, int]] = set()  # (maps device, inode) of libraries seen mapped
         self.lib_paths: list[str] = []
         self.lib_errors: list[str] = []
-        self.frame_ids: dict[tuple[str, str, int], int] = {}
+        self.frame_ids: dict[tuple, int] = {}      # (code id, instruction) or an unnamed frame -> index
+        self.code_ids: dict[tuple, int] = {}       # code object content -> its id in the raw log
         self.gen = 0                              # py_procs entries written (their `gen`)
         self.dead_links: list = []                # code_dealloc links of processes gone: the stack thread closes
                                                   # them (a link's end waits for an RCU grace period)
         self.n_stacks = 0
-        self._frames_out: list = []               # named, not written yet (stack thread)
+        self._codes_out: list = []                # named, not written yet (stack thread)
+        self._frames_out: list = []
         self._stacks_out: list = []
         self._next_write = 0.0
         self.n_unresolved = 0
@@ -412,38 +419,72 @@ class PyStackPlugin(RecorderPlugin):
         recs = np.ndarray((n,), R.PY_STACK, buffer=data, offset=8, strides=(self.reader.stride,))
         new_frames, stacks = [], []
         with self.lock:
+            # pass 1, in order (an exec starts a new image): each stack's reader,
+            # and the code objects each reader must name
+            todo, readers, wanted = [], {}, {}
             for rec in recs:
-                pid, depth = int(rec["tgid"]), min(int(rec["depth"]), R.PY_MAX_FRAMES)
+                pid = int(rec["tgid"])
                 if rec["flags"] & R.PYF_EXEC:
                     self._exec(pid)
+                    readers.pop(pid, None)
                     continue
-                reader = self._reader(pid) if self.n_stacks + len(stacks) < MAX_STACKS else None
+                if pid not in readers:
+                    readers[pid] = self._reader(pid)
+                reader = readers[pid] if self.n_stacks + len(todo) < MAX_STACKS else None
+                frames = rec["frames"][:min(int(rec["depth"]), R.PY_MAX_FRAMES)].tolist()
+                todo.append((pid, rec, reader, frames))
+                if reader is not None:
+                    wanted.setdefault(id(reader), (reader, []))[1].extend((c, k) for c, _, k in frames)
+            for reader, keys in wanted.values():  # a few batched reads per process, not ~10 per code object
+                reader.resolve_many(keys)
+            for pid, rec, reader, frames in todo:
+                known = reader.frame_ids if reader is not None else {}  # (code, instr, check) -> frame
                 ids = []
-                for code, instr, check in rec["frames"][:depth].tolist():
-                    info = reader.resolve(code, check) if reader is not None else None
-                    if info is None:
-                        self.n_unresolved += 1
-                        key = (UNRESOLVED, "", 0)
-                    else:
-                        key = (info.name, info.filename, info.line(instr))
-                    idx = self.frame_ids.get(key)
+                for frame in frames:
+                    idx = known.get(frame)
                     if idx is None:
-                        idx = self.frame_ids[key] = len(self.frame_ids)
-                        new_frames.append([idx, *key])
+                        idx = self._frame_id(reader, *frame, new_frames)
                     ids.append(idx)
                 stacks.append([pid, f"{int(rec['stack_id']):x}", int(rec["flags"]), ids])
         self.n_stacks += len(stacks)
         self._frames_out += new_frames
         self._stacks_out += stacks
 
+    def _frame_id(self, reader: CodeReader | None, code: int, instr: int, check: int, new_frames: list) -> int:
+        """A frame's id in the raw log: (code object, instruction offset), the
+        code object written once with its line table, which conversion decodes
+        (decoding here cost more than reading them)."""
+        info = reader.cache.get((code, check)) if reader is not None else None
+        if info is None:
+            self.n_unresolved += 1
+            key = (UNRESOLVED, "", 0)
+        else:
+            if info.cid is None:
+                content = (info.name, info.filename, info.firstlineno, info.minor, info.table)
+                info.cid = self.code_ids.get(content)
+                if info.cid is None:  # the same code in a forked worker is written once
+                    info.cid = self.code_ids[content] = len(self.code_ids)
+                    self._codes_out.append([info.cid, info.name, info.filename, info.firstlineno, info.minor,
+                                            base64.b64encode(info.table).decode()])
+            key = (info.cid, instr)
+        idx = self.frame_ids.get(key)
+        if idx is None:
+            idx = self.frame_ids[key] = len(self.frame_ids)
+            new_frames.append([idx, *key])
+        if info is not None:  # unnamed frames are asked again: a later stack may read them
+            if len(reader.frame_ids) >= MAX_FRAME_IDS:
+                reader.frame_ids.clear()
+            reader.frame_ids[(code, instr, check)] = idx
+        return idx
+
     def _write_stacks(self) -> None:
         """The stacks named since the last write, as one META block (start-up
         makes hundreds of new stacks a second: one block each cost more than
         naming them)."""
         if self._ctx is not None and self._stacks_out:
-            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "frames": self._frames_out,
-                                  "stacks": self._stacks_out})
-        self._frames_out, self._stacks_out = [], []
+            self._ctx.write_meta({"type": "py_stacks", "ts": self._ctx.now_ns(), "codes": self._codes_out,
+                                  "frames": self._frames_out, "stacks": self._stacks_out})
+        self._codes_out, self._frames_out, self._stacks_out = [], [], []
 
     def _reader(self, pid: int) -> CodeReader | None:
         st = self.procs.get(pid)

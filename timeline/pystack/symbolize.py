@@ -19,8 +19,10 @@ tests/system/test_pystack_layouts.py):
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import struct
+import typing
 
 import numpy as np
 
@@ -29,6 +31,9 @@ from .memory import ProcessMemory
 
 MAX_NAME_CHARS = 1024
 MAX_PATH_CHARS = 4096
+SPEC_STR = 208             # bytes read past a str's header at once: most names and paths fit
+SPEC_TABLE = 480           # ... past a line table's header (half of a torch job's tables fit)
+MAX_IDENT_CHARS = 65536  # a file name's end is part of a 3.10/3.11 code object's checksum, up to this long
 MAX_LINETABLE = 256 << 10  # a 10,000-line module's table is ~40 KiB
 MAX_CODES = 50_000         # code objects cached per process; past it the cache starts over
 NOT_STARTED = 0xFFFFFFFF  # instruction offset of a frame that has not run yet
@@ -57,9 +62,28 @@ def str_tail_mix(data: bytes) -> int:
 
 # -- line tables ------------------------------------------------------------
 
-def ranges_310(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
-    """(start, end, line) byte ranges of a 3.10 co_linetable; line -1: none."""
-    out, start, line = [], 0, firstlineno
+class LineTable(typing.NamedTuple):
+    """A code object's byte ranges and their lines (-1: none), as sorted lists
+    (bisect on them is the cheapest lookup per frame)."""
+    starts: list[int]
+    ends: list[int]
+    lines: list[int]
+
+
+def line_at(table: LineTable, offset: int, firstlineno: int) -> int:
+    """The line of the instruction at byte `offset` (the first line for a
+    frame that has not started, or an offset no range holds)."""
+    if offset == NOT_STARTED:
+        return firstlineno
+    i = bisect.bisect_right(table.ends, offset)
+    if i < len(table.ends) and table.starts[i] <= offset and table.lines[i] >= 0:
+        return table.lines[i]
+    return firstlineno
+
+
+def ranges_310(table: bytes, firstlineno: int) -> LineTable:
+    """The ranges of a 3.10 co_linetable: (bytecode delta, line delta) byte pairs, -128 = no line."""
+    out, start, line = LineTable([], [], []), 0, firstlineno
     for i in range(0, len(table) - 1, 2):
         end = start + table[i]
         ldelta = table[i + 1] - 256 if table[i + 1] >= 128 else table[i + 1]
@@ -69,111 +93,103 @@ def ranges_310(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
             line += ldelta
             cur = line
         if end > start:
-            out.append((start, end, cur))
+            out.starts.append(start)
+            out.ends.append(end)
+            out.lines.append(cur)
         start = end
     return out
 
 
-NUMPY_TABLE = 256  # bytes of location table from which numpy decodes it faster than a loop
-
-
-def _varint(table: bytes, i: int) -> tuple[int, int]:
+def _varint(table: bytes, i: int) -> int:
     b = table[i]
     val, shift = b & 63, 0
-    while b & 64:
+    while b & 64 and i + 1 < len(table):
         i += 1
         b = table[i]
         shift += 6
         val |= (b & 63) << shift
-    return val, i + 1
+    return val
 
 
-def _ranges_311_loop(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
-    out, i, start, line, n = [], 0, 0, firstlineno, len(table)
-    while i < n:
-        b = table[i]
-        if not b & 128:  # not an entry's first byte: the table is damaged here
-            break
-        code, units = (b >> 3) & 15, (b & 7) + 1
-        if code in (13, 14):  # no columns / long form: a signed varint line delta
-            v, _ = _varint(table, i + 1)
-            line += -(v >> 1) if v & 1 else v >> 1
-        elif code in (11, 12):  # one-line forms 1 and 2
-            line += code - 10
-        end = start + 2 * units
-        out.append((start, end, -1 if code == 15 else line))
-        start = end
-        i += 1
-        while i < n and not table[i] & 128:
-            i += 1
-    return out
-
-
-def ranges_311(table: bytes, firstlineno: int) -> list[tuple[int, int, int]]:
-    """(start, end, line) byte ranges of a 3.11+ location table; line -1: none.
-    In numpy: an entry starts at every byte with bit 7 set (a torch function's
-    table has thousands; a loop over them in Python was most of the recorder's
-    time while a training job started)."""
-    if len(table) < NUMPY_TABLE:
-        return _ranges_311_loop(table, firstlineno)
-    t = np.frombuffer(table, np.uint8)
-    if not t.size or not t[0] & 128:  # not an entry's first byte: the table is damaged here
+def ranges_311_many(tables: list[bytes], firstlinenos: list[int]) -> list[LineTable]:
+    """The ranges of many 3.11+ location tables (PEP 657), decoded together in
+    numpy: an entry starts at every byte with bit 7 set, and the sums run per
+    table.  One pass for all the code objects a drain names: a torch stack's
+    tables hold thousands of entries, and one decode per table (or a loop over
+    entries in Python) was most of the recorder's time while a job started."""
+    if not tables:
         return []
+    t = np.frombuffer(b"".join(tables), np.uint8)
+    lens = np.fromiter((len(x) for x in tables), np.int64, len(tables))
+    seg_end = np.cumsum(lens)
+    seg_start = seg_end - lens
+    # a table that does not begin with an entry's first byte is damaged: no ranges
+    damaged = (lens == 0) | ((t[np.minimum(seg_start, max(t.size - 1, 0))] & 128) == 0 if t.size else True)
     starts = np.flatnonzero(t & 128)
+    seg = np.searchsorted(seg_end, starts, "right")  # the table each entry is in
+    keep = ~damaged[seg]
+    starts, seg = starts[keep], seg[keep]
     first = t[starts].astype(np.int64)
     code = (first >> 3) & 15
-    ends = np.cumsum(2 * ((first & 7) + 1))
+    size = 2 * ((first & 7) + 1)
     delta = np.where((code == 11) | (code == 12), code - 10, 0)
     signed = np.flatnonzero((code == 13) | (code == 14))  # a signed varint line delta follows
     if signed.size:
         at = starts[signed] + 1
-        v = np.zeros(signed.size, np.int64)
-        ok = at < t.size
+        ok = at < seg_end[seg[signed]]
         b = np.zeros(signed.size, np.int64)
         b[ok] = t[at[ok]]
-        v[ok] = b[ok] & 63
-        long = np.flatnonzero(ok & (b & 64 != 0))
-        for k in long.tolist():  # more than one byte (a jump of 32 lines or more): rare
-            v[k] = _varint(table, int(at[k]))[0]
+        v = b & 63
+        whole = b"".join(tables)
+        for k in np.flatnonzero(ok & (b & 64 != 0)).tolist():  # more than one byte (a jump of 32 lines or more): rare
+            v[k] = _varint(whole, int(at[k]))
         delta[signed] = np.where(v & 1, -(v >> 1), v >> 1)
-    lines = firstlineno + np.cumsum(delta)
+    # per-table running sums: the global sum less its value before each table's first entry
+    firsts = np.searchsorted(seg, np.arange(len(tables)))  # index of each table's first entry
+    ends, lines = np.cumsum(size), np.cumsum(delta)
+    ends -= np.concatenate(([0], ends))[firsts][seg]
+    lines += np.asarray(firstlinenos, np.int64)[seg] - np.concatenate(([0], lines))[firsts][seg]
     lines[code == 15] = -1
-    return list(zip((ends - 2 * ((first & 7) + 1)).tolist(), ends.tolist(), lines.tolist()))
+    starts_b, ends_l, lines_l = (ends - size).tolist(), ends.tolist(), lines.tolist()
+    bounds = np.append(firsts, seg.size).tolist()
+    return [LineTable(starts_b[i:j], ends_l[i:j], lines_l[i:j]) for i, j in zip(bounds[:-1], bounds[1:])]
 
 
-def line_at(ranges: list[tuple[int, int, int]], offset: int, firstlineno: int) -> int:
-    """The line of the instruction at byte `offset` (the first line for a
-    frame that has not started, or an offset no range holds)."""
-    if offset == NOT_STARTED:
-        return firstlineno
-    lo, hi = 0, len(ranges)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ranges[mid][1] <= offset:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < len(ranges) and ranges[lo][0] <= offset < ranges[lo][1] and ranges[lo][2] >= 0:
-        return ranges[lo][2]
-    return firstlineno
+def ranges_311(table: bytes, firstlineno: int) -> LineTable:
+    """The ranges of one 3.11+ location table."""
+    return ranges_311_many([table], [firstlineno])[0]
 
 
 # -- objects ----------------------------------------------------------------
 
-@dataclasses.dataclass
+def decode_tables(minor: int, tables: list[bytes], firstlinenos: list[int]) -> list[LineTable]:
+    """Line tables of one format: 3.10's (minor 10), else 3.11's and later."""
+    if minor == 10:
+        return [ranges_310(t, f) for t, f in zip(tables, firstlinenos)]
+    return ranges_311_many(tables, firstlinenos)
+
+
+@dataclasses.dataclass(eq=False)
 class CodeInfo:
+    """A code object as read: its line table stays as CPython keeps it (the
+    recorder writes it so; conversion decodes it: record raw, convert later)."""
     name: str          # co_qualname (3.11+), else co_name
     filename: str
     firstlineno: int
-    ranges: list
+    table: bytes
+    minor: int         # the table's format: 10, or 11 for 3.11 and later
+    cid: int | None = None  # the recorder's id of it in the raw log, once written
+    _ranges: LineTable | None = None
 
     def line(self, instr: int) -> int:
-        return line_at(self.ranges, instr, self.firstlineno)
+        if self._ranges is None:
+            self._ranges = decode_tables(self.minor, [self.table], [self.firstlineno])[0]
+        return line_at(self._ranges, instr, self.firstlineno)
 
 
-def read_str_data(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> tuple[bytes, int] | None:
-    """A compact str object's data bytes and kind (1, 2 or 4 bytes a character)."""
-    head = mem.read(addr, lay.ascii_size) if addr else None
+def str_span(lay: Layout, head: bytes | None, addr: int, limit: int) -> tuple[int, int, int] | None:
+    """(data address, byte size, kind: 1, 2 or 4 bytes a character) of a compact
+    str object from its header (every name and file name CPython makes)."""
     if head is None:
         return None
     length = struct.unpack_from("<q", head, lay.str_length)[0]
@@ -181,80 +197,137 @@ def read_str_data(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> tup
     kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
     if not compact or kind not in (1, 2, 4) or not 0 <= length <= limit:
         return None
-    if length == 0:
-        return b"", kind
-    data = mem.read(addr + (lay.ascii_size if ascii_ else lay.compact_size), length * kind)
-    return None if data is None else (data, kind)
+    return addr + (lay.ascii_size if ascii_ else lay.compact_size), length * kind, kind
 
 
-def read_str(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> str | None:
-    """A str object's text (compact strings: every name and file name CPython makes)."""
-    got = read_str_data(mem, lay, addr, limit)
-    if got is None:
-        return None
-    data, kind = got
-    return data.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind], "replace")
-
-
-def read_bytes(mem: ProcessMemory, lay: Layout, addr: int, limit: int) -> bytes | None:
-    head = mem.read(addr, lay.bytes_data) if addr else None
+def bytes_span(lay: Layout, head: bytes | None, addr: int, limit: int) -> tuple[int, int] | None:
+    """(data address, size) of a bytes object from its header."""
     if head is None:
         return None
     size = struct.unpack_from("<q", head, lay.bytes_size)[0]
-    if not 0 <= size <= limit:
-        return None
-    return mem.read(addr + lay.bytes_data, size) if size else b""
+    return (addr + lay.bytes_data, size) if 0 <= size <= limit else None
+
+
+def _text(data: bytes, kind: int) -> str:
+    return data.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind], "replace")
 
 
 class CodeReader:
-    """Code objects of one process, cached per (address, checksum)."""
+    """Code objects of one process, cached per (address, checksum).  Read in
+    batches: all the code objects a drain needs cost two process_vm_readv
+    calls in most drains (their headers; then their strings and line tables
+    with some bytes past each header, which hold most of them whole), where
+    one code object alone took about ten (a syscall each made naming a torch
+    job's stacks most of the recorder's time)."""
 
     def __init__(self, mem: ProcessMemory, lay: Layout, code_type: int = 0, cache: dict | None = None):
         self.mem, self.lay, self.code_type = mem, lay, code_type
         self.cache: dict[tuple[int, int], CodeInfo | None] = dict(cache or {})
         self.mismatches = 0  # checksums that differed: code objects freed and reused since the walk
+        self.frame_ids: dict[tuple[int, int, int], int] = {}  # the recorder's: (code, instruction, checksum) -> frame
 
     def fields(self, code: int) -> dict | None:
-        """The identity fields of the code object at `code`, and its checksum."""
+        """The fields of the code object at `code` (names read too), and its checksum."""
+        return self._read_codes([code])[0]
+
+    def _read_codes(self, codes: list[int]) -> list[dict | None]:
         lay = self.lay
         top = max(lay.co_linetable, lay.co_qualname or 0, lay.co_filename, lay.co_name) + 8
-        raw = self.mem.read(code, top)
-        if raw is None:
-            return None
-        if self.code_type and struct.unpack_from("<Q", raw, lay.ob_type)[0] != self.code_type:
-            return None
-        q = lambda off: struct.unpack_from("<Q", raw, off)[0]  # noqa: E731
-        first = struct.unpack_from("<i", raw, lay.co_firstlineno)[0]
-        name, filename = q(lay.co_name), q(lay.co_filename)
-        if lay.co_version is not None:
-            ident = struct.unpack_from("<I", raw, lay.co_version)[0]
-        else:  # the name's hash and the file name's end, as the BPF walk reads them
-            h = self.mem.u64(name + lay.str_hash) if name else None
-            ident = 0xFFFFFFFFFFFFFFFF if h is None else h
-            got = read_str_data(self.mem, lay, filename, 65536) if filename else None
-            ident ^= str_tail_mix(got[0]) if got is not None else 0
-        return {"firstlineno": first, "name": name, "filename": filename,
-                "qualname": q(lay.co_qualname) if lay.co_qualname is not None else name,
-                "linetable": q(lay.co_linetable),
-                "check": code_check(first, ident, name, filename)}
+        out: list[dict | None] = []
+        wanted: list[tuple[str, int, int]] = []
+        for raw in self.mem.read_many([(c, top) for c in codes]):
+            if raw is None or (self.code_type and struct.unpack_from("<Q", raw, lay.ob_type)[0] != self.code_type):
+                out.append(None)
+                continue
+            q = lambda off: struct.unpack_from("<Q", raw, off)[0]  # noqa: E731
+            f = {"firstlineno": struct.unpack_from("<i", raw, lay.co_firstlineno)[0],
+                 "name": q(lay.co_name), "filename": q(lay.co_filename), "linetable": q(lay.co_linetable),
+                 "at": len(wanted)}
+            f["qualname"] = q(lay.co_qualname) if lay.co_qualname is not None else f["name"]
+            wanted += [("str", f["qualname"], MAX_NAME_CHARS), ("str", f["filename"], MAX_IDENT_CHARS),
+                       ("bytes", f["linetable"], MAX_LINETABLE)]
+            if lay.co_version is not None:
+                f["ident"] = struct.unpack_from("<I", raw, lay.co_version)[0]
+            else:  # the name's hash and the file name's end, as the BPF walk reads them
+                wanted.append(("hash", f["name"], 0))
+            out.append(f)
+        got = self._read_objects(wanted)
+        for f in out:
+            if f is None:
+                continue
+            at = f.pop("at")
+            qualname, path, table = got[at:at + 3]
+            f["qualname_text"] = None if qualname is None else _text(*qualname)
+            f["filename_text"] = None if path is None or len(path[0]) > MAX_PATH_CHARS * path[1] else _text(*path)
+            f["table"] = None if table is None else table[0]
+            if lay.co_version is None:
+                h = got[at + 3]
+                f["ident"] = (0xFFFFFFFFFFFFFFFF if h is None else h) ^ (str_tail_mix(path[0]) if path else 0)
+            f["check"] = code_check(f["firstlineno"], f["ident"], f["name"], f["filename"])
+        return out
+
+    def _read_objects(self, wanted: list[tuple[str, int, int]]) -> list:
+        """("str", address, most characters) -> (data, kind); ("bytes", address,
+        most bytes) -> (data, 1); ("hash", str address, 0) -> its hash; None
+        where unreadable.  The first read takes each header and SPEC_* bytes past
+        it; a read that fails there (the object ends a mapping) is made again
+        for the header alone, and data longer than the first read comes last."""
+        lay, out = self.lay, [None] * len(wanted)
+        first = [None if not addr else (addr + lay.str_hash, 8) if kind == "hash"
+                 else (addr, lay.ascii_size + SPEC_STR) if kind == "str" else (addr, lay.bytes_data + SPEC_TABLE)
+                 for kind, addr, _ in wanted]
+        got = self.mem.read_many(first)
+        again = [i for i, (span, g) in enumerate(zip(first, got)) if span is not None and g is None
+                 and wanted[i][0] != "hash"]
+        if again:
+            heads = self.mem.read_many([(wanted[i][1], lay.ascii_size if wanted[i][0] == "str" else lay.bytes_data)
+                                        for i in again])
+            for i, head in zip(again, heads):
+                got[i] = head
+        rest = []
+        for i, ((kind, addr, limit), head) in enumerate(zip(wanted, got)):
+            if head is None:
+                continue
+            if kind == "hash":
+                out[i] = struct.unpack("<Q", head)[0]
+                continue
+            span = str_span(lay, head, addr, limit) if kind == "str" else bytes_span(lay, head, addr, limit)
+            if span is None:
+                continue
+            start, size = span[0] - addr, span[1]
+            char = span[2] if kind == "str" else 1
+            if start + size <= len(head) or size == 0:
+                out[i] = (head[start:start + size], char)
+            else:
+                rest.append((i, span[:2], char))
+        for (i, _, char), data in zip(rest, self.mem.read_many([span for _, span, _ in rest])):
+            if data is not None:
+                out[i] = (data, char)
+        return out
 
     def resolve(self, code: int, check: int) -> CodeInfo | None:
         key = (code, check)
-        if key in self.cache:
-            return self.cache[key]
-        info = None
-        f = self.fields(code)
-        if f is not None and f["check"] != check:
-            self.mismatches += 1
-        elif f is not None:
-            name = read_str(self.mem, self.lay, f["qualname"], MAX_NAME_CHARS)
-            filename = read_str(self.mem, self.lay, f["filename"], MAX_PATH_CHARS)
-            table = read_bytes(self.mem, self.lay, f["linetable"], MAX_LINETABLE)
-            if name is not None and filename is not None and table is not None:  # all of it, or nothing
-                decode = ranges_310 if self.lay.minor == 10 else ranges_311
-                info = CodeInfo(name, filename, f["firstlineno"], decode(table, f["firstlineno"]))
-        if info is not None or (f is not None and f["check"] != check):
-            if len(self.cache) >= MAX_CODES:  # bounded memory: the cache starts over (re-reads cost syscalls only)
-                self.cache.clear()
-            self.cache[key] = info  # a reused address is cached as unknown under the old checksum
-        return info
+        if key not in self.cache:
+            self.resolve_many([key])
+        return self.cache.get(key)
+
+    def resolve_many(self, keys) -> None:
+        """Read and cache the code objects of `keys` ((address, checksum)) not cached yet."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self.cache]
+        done = []
+        for key, f in zip(todo, self._read_codes([c for c, _ in todo]) if todo else ()):
+            if f is None:
+                continue  # unreadable now (not cached: a later stack may read it)
+            if f["check"] != key[1]:
+                self.mismatches += 1
+                self._keep(key, None)  # a reused address is cached as unknown under the old checksum
+            elif f["qualname_text"] is not None and f["filename_text"] is not None and f["table"] is not None:
+                done.append((key, f))  # all of a code object, or nothing
+        minor = 10 if self.lay.minor == 10 else 11
+        for key, f in done:
+            self._keep(key, CodeInfo(f["qualname_text"], f["filename_text"], f["firstlineno"], f["table"], minor))
+
+    def _keep(self, key: tuple[int, int], info: CodeInfo | None) -> None:
+        if len(self.cache) >= MAX_CODES:  # bounded memory: the cache starts over (re-reads cost syscalls only)
+            self.cache.clear()
+        self.cache[key] = info
