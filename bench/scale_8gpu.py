@@ -338,9 +338,9 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="check pool sizes to measure")
     ap.add_argument("--chunk-events", type=int, default=0,
                     help="split into chunks of this many events (default: --split auto, sets above 10 M records)")
-    ap.add_argument("--skip", default="gpu_breakdown,host_gpu_gaps",
-                    help="checks not to run, comma-separated; default: the two that grow quadratically "
-                         "(hours per 4 M-event chunk; docs/benchmarks.md), '' runs all")
+    ap.add_argument("--skip", default="",
+                    help="checks not to run, comma-separated (default: none; gpu_breakdown and host_gpu_gaps "
+                         "grew quadratically before 2026-11-26 and were skipped: docs/benchmarks.md)")
     ap.add_argument("--keep", help="work directory (default: a temporary one, removed)")
     a = ap.parse_args()
     sizes = [float(x) for x in a.minutes.split(",")]

@@ -31,13 +31,41 @@ select s.upid, max(min(s.ts), coalesce(st.end_ts, 0)) as ts, max(s.ts + s.dur) a
 from _tl_hg_sub s left join tl_startup st using (upid) group by s.upid;
 
 -- Waiting for the GPU (or the allocator) inside a gap means the GPU was busy.
+-- A gap's blocked time is the sum of its overlaps with the process's
+-- blocking calls: W(end) - W(start), where W(t) is the time integral, up to
+-- t, of the number of blocking calls in progress. W is built by one sweep
+-- over the calls' starts (+1) and ends (-1) per process, and read at each gap
+-- edge from the last call edge at or before it (a fill-forward: `grp` counts
+-- the call edges so far, and a gap edge shares its group with that one). A
+-- range join of gaps with calls here was a nested loop over perfetto tables,
+-- quadratic: gaps times calls.
+create or replace perfetto table _tl_hg_wait as
+with b as (
+  select upid, ts, dur from _tl_cuda c
+  where c.dur > 0 and c.upid is not null
+    and (c.fn glob '*ynchronize' or c.fn in ('cudaMemcpy', 'cudaMemcpy2D', 'cudaMalloc', 'cudaFree', 'cuMemcpy',
+                                             'cuMemAlloc_v2', 'cuMemFree_v2', 'cuMemcpyDtoH_v2',
+                                             'cuMemcpyHtoD_v2', 'cuMemcpyDtoD_v2')))
+select upid, ts, n, coalesce(sum(n * (next_ts - ts)) over (partition by upid order by ts
+                                                            rows between unbounded preceding and 1 preceding), 0) as w
+from (select upid, ts, n, lead(ts) over (partition by upid order by ts) as next_ts
+      from (select upid, ts, sum(sum(d)) over (partition by upid order by ts rows unbounded preceding) as n
+            from (select upid, ts, 1 as d from b union all select upid, ts + dur, -1 from b)
+            group by upid, ts));
+
 create or replace perfetto table _tl_hg_blocked as
-select g.gap_id, sum(min(c.ts + c.dur, g.ts + g.dur) - max(c.ts, g.ts)) as blocked
-from _tl_hg_gap g join _tl_cuda c on c.upid = g.upid and c.ts < g.ts + g.dur and c.ts + c.dur > g.ts
-where c.fn glob '*ynchronize' or c.fn in ('cudaMemcpy', 'cudaMemcpy2D', 'cudaMalloc', 'cudaFree', 'cuMemcpy',
-                                          'cuMemAlloc_v2', 'cuMemFree_v2', 'cuMemcpyDtoH_v2', 'cuMemcpyHtoD_v2',
-                                          'cuMemcpyDtoD_v2')
-group by g.gap_id;
+select gap_id, max(iif(edge = 1, w, null)) - max(iif(edge = 0, w, null)) as blocked
+from (select gap_id, edge, kind, coalesce(max(ew) over g + max(en) over g * (ts - max(ets) over g), 0) as w
+      from (select *, sum(kind) over (partition by upid order by ts, kind desc rows unbounded preceding) as grp
+            from (select upid, gap_id, 0 as edge, ts, 0 as kind, null as ets, null as ew, null as en
+                  from _tl_hg_gap where upid is not null
+                  union all
+                  select upid, gap_id, 1, ts + dur, 0, null, null, null from _tl_hg_gap where upid is not null
+                  union all
+                  select upid, null, null, ts, 1, ts, w, n from _tl_hg_wait))
+      window g as (partition by upid, grp))
+where kind = 0
+group by gap_id;
 
 create or replace perfetto table _tl_hg_ts as
 select ts, dur, utid, state from thread_state where dur > 0 and utid in (select utid from _tl_hg_gap);
