@@ -5,6 +5,8 @@
   is needed by trace_processor v52: without the pid a sample lands on a new
   thread of pid 0; without the sequence id neither its interned stack nor its
   sequence clock resolves; docs/python-stacks.md);
+- the stack sampled most gets a 1-byte callstack id even when a run's
+  start-up sampled 200 other stacks before it;
 - `timeline merge` of two nodes' sampled traces keeps each sample on its
   node's thread, at its exact time moved by the node's clock shift, with its stack.
 """
@@ -28,7 +30,8 @@ PKT_TIMESTAMP, PKT_SEQUENCE_ID, PKT_PERF_SAMPLE = 8, 10, 66
 PS_PID, PS_TID, PS_CALLSTACK = 2, 3, 4
 
 
-def write_log(path, realtime_shift_ns=0):
+def write_log(path, realtime_shift_ns=0, startup=0):
+    """N samples of STACK on two threads, after `startup` samples of as many other stacks."""
     b = LogBuilder(target_pid=PID)
     b.header["clock"]["realtime_ns"] += realtime_shift_ns
     b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
@@ -36,16 +39,19 @@ def write_log(path, realtime_shift_ns=0):
     b.fork(T(3), 0, PID, PID, WORKER_TID, PID, "python3", "python3", thread=True)
     b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 99}
     b.flush()
-    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
-                              "stacks": [[PID, f"{STACK:x}", 0, [0, 1, 2]]]}))
-    a = np.zeros(N, R.PY_EVENT)
-    a["ts"] = T(100) + np.arange(N) * PERIOD + np.arange(N) % 7  # odd nanoseconds: kept exactly
-    a["tid"] = np.where(np.arange(N) % 2, WORKER_TID, PID)
-    a["tgid"], a["stack_id"], a["kind"] = PID, STACK, R.PY_SAMPLE
+    frames = FRAMES + [[3 + i, f"import{i}", "/w/lib.py", i + 1] for i in range(startup)]
+    stacks = [[PID, f"{STACK + 1 + i:x}", 0, [3 + i, 2]] for i in range(startup)] + [[PID, f"{STACK:x}", 0, [0, 1, 2]]]
+    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": frames, "stacks": stacks}))
+    n = startup + N
+    a = np.zeros(n, R.PY_EVENT)
+    a["ts"] = T(100) + np.arange(n) * PERIOD + np.arange(n) % 7  # odd nanoseconds: kept exactly
+    a["tid"] = np.where(np.arange(n) % 2, WORKER_TID, PID)
+    a["tgid"], a["kind"] = PID, R.PY_SAMPLE
+    a["stack_id"] = np.concatenate([STACK + 1 + np.arange(startup), np.full(N, STACK)])
     b.header["rings"][str(R.RING_PYSTACK)] = {"name": "pystack", "record_size": R.PY_EVENT.itemsize,
                                               "stride": ev.ring_stride(R.PY_EVENT)}
     b.blocks.append(("ring", (R.RING_PYSTACK, ev.encode_ring_bytes(a))))
-    b.write(str(path), end_block(stop_ts=T(100) + N * PERIOD))
+    b.write(str(path), end_block(stop_ts=T(100) + n * PERIOD))
     return a
 
 
@@ -100,3 +106,22 @@ def test_merged_nodes_keep_their_samples(tmp_path):
     for node in (a, b):
         assert [r[2] for r in node] == recs["tid"].tolist()
         assert {(r[3], r[4]) for r in node} == {(PID, "inner (train.py:12)")}
+
+
+def test_the_stack_sampled_most_gets_a_one_byte_id(tmp_path):
+    startup = 200
+    recs = write_log(tmp_path / "c.tlraw", startup=startup)
+    out = str(tmp_path / "c.pftrace")
+    convert(str(tmp_path / "c.tlraw"), out)
+    iids = []
+    for pkt, fields in sample_packets(out):
+        ps = fields[1]
+        iids += [g[2] for g in trace_file.iter_fields(pkt[ps[3]:ps[4]]) if g[0] == PS_CALLSTACK]
+    assert len(iids) == startup + N and len(set(iids[:startup])) == startup
+    assert len(set(iids[startup:])) == 1 and iids[-1] < 128
+    with open_trace(out) as tp:
+        rows = tp.query("""select f.name, count(*) from perf_sample ps join stack_profile_callsite c
+                           on c.id = ps.callsite_id join stack_profile_frame f on f.id = c.frame_id
+                           group by 1""").rows
+    assert dict(rows) == {"inner (train.py:12)": N, **{f"import{i} (lib.py:{i + 1})": 1 for i in range(startup)}}
+    assert recs.size == startup + N
