@@ -7,15 +7,19 @@
   sequence clock resolves; docs/python-stacks.md);
 - the stack sampled most gets a 1-byte callstack id even when a run's
   start-up sampled 200 other stacks before it;
+- a trace set (convert --split) has every sample in the chunk of its time;
 - `timeline merge` of two nodes' sampled traces keeps each sample on its
   node's thread, at its exact time moved by the node's clock shift, with its stack.
 """
+import os
+
 import numpy as np
 
 from timeline import events as ev
 from timeline import trace_file
 from timeline.converters import convert
 from timeline.converters import merge_traces as mt
+from timeline.converters.trace_set import SplitSpec
 from timeline.pystack import probes
 from timeline.pystack import records as R
 from timeline.trace_processor import open_trace
@@ -125,3 +129,19 @@ def test_the_stack_sampled_most_gets_a_one_byte_id(tmp_path):
                            group by 1""").rows
     assert dict(rows) == {"inner (train.py:12)": N, **{f"import{i} (lib.py:{i + 1})": 1 for i in range(startup)}}
     assert recs.size == startup + N
+
+
+def test_a_trace_set_has_every_sample_in_its_chunk(tmp_path):
+    recs = write_log(tmp_path / "d.tlraw")
+    res = convert(str(tmp_path / "d.tlraw"), str(tmp_path / "d.pftrace"), split=SplitSpec(duration_ns=N * PERIOD // 3))
+    assert len(res.chunks) >= 3
+    got = []
+    for c in res.chunks:
+        with open_trace(os.path.join(res.out_path, c["file"])) as tp:
+            rows = tp.query("""select ps.ts, t.tid, p.pid, f.name from perf_sample ps join thread t using (utid)
+                               join process p using (upid) join stack_profile_callsite cs on cs.id = ps.callsite_id
+                               join stack_profile_frame f on f.id = cs.frame_id order by ps.ts""").rows
+        assert all(c["start_ns"] <= r[0] < c["end_ns"] for r in rows if c is not res.chunks[-1])
+        got += rows
+    assert [r[0] for r in got] == recs["ts"].tolist() and [r[1] for r in got] == recs["tid"].tolist()
+    assert {(r[2], r[3]) for r in got} == {(PID, "inner (train.py:12)")}
