@@ -11,8 +11,8 @@ a sample 10 ms after the last costs 4 bytes of time, not 7, and keeps the
 exact time of the call or wait it was taken at (a query joins them on it);
 only the first packet carries sequence flags.  A callstack's iid is the
 caller's index plus one (the caller numbers its stacks most sampled first:
-1 byte for most samples).  A repeated stack: 17 bytes plus pid and tid
-(varints: 2 bytes under 16384, 3 under 2^21), 20-22; the least v52
+1 byte for most samples).  A repeated stack: 16 bytes plus the pid's and
+tid's varints (2 bytes under 16384, 3 under 2^21, else 4), 20-24; the least v52
 attributes right: without the pid a sample lands on a new thread of pid 0,
 without the sequence id its stack and clock do not resolve
 (docs/python-stacks.md).  trace_processor (v52 and later)
