@@ -1,13 +1,14 @@
 """Conversion of Python stack samples to Perfetto, and their size in the trace.
 
     python bench/pystack_convert_speed.py [--samples 1000000] [--stacks 50]
+    python bench/pystack_convert_speed.py --trace RECORDED.pftrace   # its samples' bytes only
 
 A synthetic raw log laid out as the recorder writes it (tests/rawlog_factory.py):
 `--samples` CPU samples of one thread at 99 Hz over `--stacks` distinct stacks
 (8 frames each), converted to .pftrace.  Reported: samples converted per
 second (the whole conversion's wall time after a first small conversion
 has imported the converters: all of it samples but the process tree), and bytes per sample in the trace (PerfSample packets, framing
-included, counted by walking the packets).
+included, counted by walking the packets), field by field.
 """
 from __future__ import annotations
 
@@ -55,14 +56,42 @@ def write_log(path: str, n: int, nstacks: int) -> None:
     b.write(path, end_block(stop_ts=T(10) + n * 10_101_010 + 1))
 
 
-def sample_bytes(path: str) -> tuple[int, int]:
+FIELD_NAMES = {8: "time", 10: "sequence id", PKT_PERF_SAMPLE: "PerfSample tag+length",
+               2: "pid", 3: "tid", 4: "callstack id"}
+
+
+def sample_bytes(path: str) -> tuple[int, int, dict[str, int]]:
+    """PerfSample packets, their bytes (with their tag and length in the Trace), and those bytes by field."""
     data = memoryview(open(path, "rb").read())
     n = total = 0
+    by_field: dict[str, int] = {}
+
+    def add(name, k):
+        by_field[name] = by_field.get(name, 0) + k
     for a, b in trace_file.packet_spans(data):
-        if any(f[0] == PKT_PERF_SAMPLE for f in trace_file.iter_fields(data[a:b])):
-            n += 1
-            total += b - a + 1 + len(ev_varint(b - a))  # with its tag and length in the Trace
-    return n, total
+        fields = list(trace_file.iter_fields(data[a:b]))
+        if not any(f[0] == PKT_PERF_SAMPLE for f in fields):
+            continue
+        n += 1
+        total += b - a + 1 + len(ev_varint(b - a))
+        add("framing", 1 + len(ev_varint(b - a)))
+        pos = 0
+        for num, _, _, start, stop in fields:
+            if num == PKT_PERF_SAMPLE:
+                add(FIELD_NAMES[num], start - pos)
+                inner = 0
+                for f in trace_file.iter_fields(data[a + start:a + stop]):
+                    add(FIELD_NAMES.get(f[0], f"PerfSample.{f[0]}"), f[4] - inner)
+                    inner = f[4]
+            else:
+                add(FIELD_NAMES.get(num, f"TracePacket.{num}"), stop - pos)
+            pos = stop
+    return n, total, by_field
+
+
+def report(n: int, total: int, by_field: dict[str, int]) -> str:
+    parts = ", ".join(f"{k} {v / max(n, 1):.2f}" for k, v in by_field.items())
+    return f"{n:,} PerfSample packets, {total / max(n, 1):.2f} bytes each ({parts})"
 
 
 def ev_varint(v: int) -> bytes:
@@ -78,7 +107,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--stacks", type=int, default=50)
+    ap.add_argument("--trace", help="a recorded .pftrace: report its samples' bytes, convert nothing")
     args = ap.parse_args()
+    if args.trace:
+        print(report(*sample_bytes(args.trace)))
+        return
     with tempfile.TemporaryDirectory() as d:
         raw, out = os.path.join(d, "s.tlraw"), os.path.join(d, "s.pftrace")
         write_log(raw, 1000, args.stacks)
@@ -87,9 +120,9 @@ def main() -> None:
         t = time.perf_counter()
         convert(raw, out)
         dt = time.perf_counter() - t
-        n, total = sample_bytes(out)
+        counted = sample_bytes(out)
     print(f"{args.samples:,} samples, {args.stacks} stacks: converted in {dt:.2f} s = "
-          f"{args.samples / dt / 1e6:.2f} M samples/s; {n:,} PerfSample packets, {total / max(n, 1):.2f} bytes each")
+          f"{args.samples / dt / 1e6:.2f} M samples/s; {report(*counted)}")
 
 
 if __name__ == "__main__":

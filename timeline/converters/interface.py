@@ -219,7 +219,9 @@ class TrackSink:
         """Call stack samples: sample i taken at ts[i] on thread tid[i] of
         process pid[i] (integer arrays) in callstacks[stack[i]], a sequence of
         indices into `frames` (innermost first); a frame is (function, file,
-        line).  label(callstack index): the stack as a short text, for formats
+        line); lower indices are the stacks sampled more often (a sink may
+        number them so: Perfetto's callstack iids, 1 byte under 128).
+        label(callstack index): the stack as a short text, for formats
         that show it as an argument.  Perfetto: PerfSample packets (per-thread
         sample tracks, flame graphs); Chrome JSON: instant events with `sf`;
         a format without stacks drops them."""

@@ -39,7 +39,7 @@ from .. import trace_file
 
 CLOCK_REALTIME, CLOCK_BOOTTIME = 1, 6
 FIRST_SEQUENCE_CLOCK = 64   # clock ids from here are a packet sequence's own (the pystack samples' incremental
-                            # microseconds, anchored to BOOTTIME in their sequence's snapshot): not shifted
+                            # nanoseconds, anchored to BOOTTIME in their sequence's snapshot): not shifted
 SEQ_STRIDE = 1 << 16        # sequence ids of machine i: i * SEQ_STRIDE + original
 ID_SALT = 0x9E3779B97F4A7C15  # uuids/flow ids of machine i: mixed with i (64-bit)
 MASK64 = (1 << 64) - 1

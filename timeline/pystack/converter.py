@@ -102,6 +102,7 @@ class PyStackConverter(FamilyConverter):
         self._keys: tuple[np.ndarray, np.ndarray] | None = None  # self.stacks as a sorted table
         self._by_key: np.ndarray | None = None
         self._fn_ids = {n: i for i, n in enumerate(sorted(set(self.probe_names.values()))[:255])}  # function -> small id
+        self._uses: dict[tuple[int, int], int] | None = {}  # (pid, stack id) -> samples of it, until ranked
 
     # -- pass 1 ---------------------------------------------------------------
     def scan_meta(self, meta: dict) -> None:
@@ -154,11 +155,40 @@ class PyStackConverter(FamilyConverter):
         calls = recs[recs["kind"] == R.PY_CALL]
         if calls.size:
             self._calls.append(calls)
+        sampled = recs[self._sampled(recs) & (recs["stack_id"] != 0)]
+        for p in np.unique(sampled["tgid"]).tolist():
+            ids, n = np.unique(sampled["stack_id"][sampled["tgid"] == p], return_counts=True)
+            for i, c in zip(ids.tolist(), n.tolist()):
+                self._uses[(p, i)] = self._uses.get((p, i), 0) + c
+
+    def _sampled(self, recs: np.ndarray) -> np.ndarray:
+        """Which records are samples: CPU samples when the recording took them (an
+        area's flame graph is then where the CPU time went), else the stacks at calls and waits."""
+        if self.sample_hz:
+            return recs["kind"] == R.PY_SAMPLE
+        return (recs["kind"] == R.PY_CALL) | (recs["kind"] == R.PY_WAIT)
 
     # -- stacks ---------------------------------------------------------------
+    def _rank_stacks(self) -> None:
+        """Renumber the callstacks, most sampled first (pass 1 counted them): the
+        trace's callstack ids follow, and most samples get a 1-byte one (a real
+        run's start-up, its imports, makes a hundred stacks or more before the
+        training loop's first)."""
+        uses = np.zeros(len(self.callstacks), np.int64)
+        for key, s in self.stacks.items():
+            uses[s] += self._uses.get(key, 0)
+        order = np.argsort(-uses, kind="stable")  # ties: the log's order
+        new = np.empty_like(order)
+        new[order] = np.arange(order.size)
+        self.callstacks = [self.callstacks[i] for i in order.tolist()]
+        self.stacks = {k: int(new[s]) for k, s in self.stacks.items()}
+        self.texts, self._keys, self._uses = {}, None, None
+
     def _stack_index(self, pids: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Callstack index per record, -1 where the stack is unknown (none taken, or lost):
         a sorted-table lookup, no Python step per record (samples come by the million)."""
+        if self._uses is not None:  # pass 2 has begun: every stack is known
+            self._rank_stacks()
         if self._keys is None or self._keys[0].size != len(self.stacks):
             k = np.array(list(self.stacks), dtype=[("pid", "<i8"), ("id", "<u8")]).reshape(-1)
             v = np.fromiter(self.stacks.values(), np.int64, len(self.stacks))
@@ -222,12 +252,7 @@ class PyStackConverter(FamilyConverter):
             w = recs[waits]
             sink.slices(w["ts"], w["dur"], w["tid"], w["tgid"], WAIT_NAME, CATEGORY,
                         [self._arg(np.arange(waits.size), stacks[waits], waits.size)])
-        # The samples: CPU samples when the recording took them (an area's flame
-        # graph is then where the CPU time went), else the stacks at calls and waits.
-        kinds = recs["kind"] == (R.PY_SAMPLE if self.sample_hz else R.PY_CALL)
-        if not self.sample_hz:
-            kinds |= recs["kind"] == R.PY_WAIT
-        known = np.flatnonzero((stacks >= 0) & kinds)
+        known = np.flatnonzero((stacks >= 0) & self._sampled(recs))
         if known.size and self.callstacks:
             # field by field: no copy of the 40-byte records
             sink.stack_samples(recs["ts"][known], recs["tid"][known], recs["tgid"][known], stacks[known],

@@ -9,8 +9,13 @@ sequence (ClockSnapshot: clock 64, is_incremental, anchored to BOOTTIME;
 TracePacketDefaults.timestamp_clock_id makes it every packet's clock), so
 a sample 10 ms after the last costs 4 bytes of time, not 7, and keeps the
 exact time of the call or wait it was taken at (a query joins them on it);
-only the first packet carries sequence flags.  A repeated stack: 20-21
-bytes a sample (pid and tid of 2-3 bytes each), 25-26 before.  trace_processor (v52 and later)
+only the first packet carries sequence flags.  A callstack's iid is the
+caller's index plus one (the caller numbers its stacks most sampled first:
+1 byte for most samples).  A repeated stack: 16 bytes plus the pid's and
+tid's varints (2 bytes under 16384, 3 under 2^21, else 4), 20-24; the least v52
+attributes right: without the pid a sample lands on a new thread of pid 0,
+without the sequence id its stack and clock do not resolve
+(docs/python-stacks.md).  trace_processor (v52 and later)
 fills perf_sample / stack_profile_callsite / stack_profile_frame; the UI
 shows per-thread sample tracks and a flame graph for an area selection.
 Frame.source_path_iid and line_number (fields 5, 6) are newer than v52:
@@ -82,10 +87,12 @@ class StackSamples:
             out += f_len(I_FRAMES, body)
         return iid
 
-    def _callstack(self, frame_ids: tuple, out: bytearray) -> int:
+    def _callstack(self, index: int, frame_ids: tuple, out: bytearray) -> int:
         iid = self._stacks.get(frame_ids)
         if iid is None:
-            iid = self._stacks[frame_ids] = len(self._stacks) + 1
+            # the caller's index, not the order of first use: the most sampled stacks
+            # (the lowest indices) get 1-byte iids even when start-up stacks came first
+            iid = self._stacks[frame_ids] = index + 1
             # Callstack.frame_ids: outermost first, one field each (not packed: pbzero reads
             # a packed run of this proto2 field as one bad id)
             out += f_len(I_CALLSTACKS, f_varint(_C.IID_FIELD_NUMBER, iid)
@@ -105,7 +112,7 @@ class StackSamples:
         iids = np.zeros(int(used.max()) + 1, np.int64)
         for s in used.tolist():
             ids = tuple(self._frame(tuple(frames[i]), interned) for i in callstacks[s])
-            iids[s] = self._callstack(ids, interned)
+            iids[s] = self._callstack(s, ids, interned)
         head = f_len(PKT_INTERNED_DATA, bytes(interned)) if interned else b""
         flags = SEQ_CLEARED if self._first else SEQ_NEEDS_STATE
         if self._first:  # every packet of the sequence is timed on the incremental clock
