@@ -21,7 +21,8 @@ for recorded runs of examples/train_cpu.py:
 - workload: CPU time of the recorded process tree (main process + DataLoader
   workers).
 
-added = (probes + recorder from launch) / workload.  Uprobe trap entry (~0.8 µs per
+added = (probes + recorder from launch) / workload.  steady = the same from 40% to
+90% of the recording's time: what a long job pays, without the once-per-run costs.  Uprobe trap entry (~0.8 µs per
 CUDA call, see bench/cuda_probe_cost.py) is not in the BPF counters; this
 CPU workload makes no CUDA calls.  Conversion after the run is reported
 separately (it runs after training has finished).
@@ -176,6 +177,7 @@ def one_run(src: str, args) -> dict:
         launched_ns = None  # recorder CPU when its first child (the workload) was seen
         t_conv = None
         next_slow = 0.0
+        series: list[tuple[float, int, int, float]] = []  # (time, recorder ns, probes ns, workload s) while recording
         while recorder.poll() is None:
             now = time.monotonic()
             slow = now >= next_slow
@@ -200,6 +202,8 @@ def one_run(src: str, args) -> dict:
                     pass
             for pid, p in tree.items():
                 tree_cpu[pid] = max(tree_cpu.get(pid, 0.0), cpu_of(p))
+            if launched_ns is not None and t_conv is None and loaded_ns is not None:
+                series.append((now, rec_ns, sum(rt for rt, _ in watch.stats.values()), sum(tree_cpu.values())))
             if term:
                 try:
                     while os.read(term[0], 65536):  # the status line: keep the terminal from filling
@@ -223,10 +227,25 @@ def one_run(src: str, args) -> dict:
     load_s = ((unloaded_ns or 0) - (loaded_ns or 0)) / 1e9
     rec_s = ((unloaded_ns or 0) - (launched_ns or unloaded_ns or 0)) / 1e9
     pct = (lambda x: x / work * 100) if work else (lambda x: 0.0)
+    steady = steady_pct(series)
     return {"src": src, "steps": len(json.loads(line[6:])["step_s"]) if line else 0, "progs": progs,
             "work": work, "probe_s": probe_s, "rec_s": rec_s, "load_s": load_s, "rec_all_s": rec_ns / 1e9,
             "probe_pct": pct(probe_s), "rec_pct": pct(rec_s), "load_pct": pct(load_s),
-            "added_pct": pct(probe_s + rec_s), "raw_mb": raw_size / 1e6, "conv_s": conv_s}
+            "added_pct": pct(probe_s + rec_s), "steady_pct": steady, "raw_mb": raw_size / 1e6, "conv_s": conv_s}
+
+
+def steady_pct(series: list[tuple[float, int, int, float]]) -> float:
+    """Added CPU (recorder + probes) over the workload's CPU in the middle of the
+    recording, 40% to 90% of its time: the steady state of training, without the
+    once-per-run costs (reading a new interpreter's ELF file, naming the stacks
+    of imports and the first steps) that a short benchmark run weighs heavily."""
+    if len(series) < 10:
+        return float("nan")
+    t0, t1 = series[0][0], series[-1][0]
+    a = next(x for x in series if x[0] >= t0 + 0.4 * (t1 - t0))
+    b = next(x for x in series if x[0] >= t0 + 0.9 * (t1 - t0))
+    work = b[3] - a[3]
+    return ((b[1] - a[1]) + (b[2] - a[2])) / 1e9 / work * 100 if work > 0 else float("nan")
 
 
 def report_detail(r: dict, args) -> None:
@@ -242,6 +261,7 @@ def report_detail(r: dict, args) -> None:
     print(f"recorder from launch           {r['rec_s']:8.3f} s  {r['rec_pct']:6.2f} %  "
           "(ring drains, samplers, maps watching, final drain)")
     print(f"  added CPU while training     {r['probe_s'] + r['rec_s']:8.3f} s  {r['added_pct']:6.2f} %")
+    print(f"  of it in the steady state    {'':8s}    {r['steady_pct']:6.2f} %  (40-90% of the recording's time)")
     print(f"recorder from first program    {r['load_s']:8.3f} s  {r['load_pct']:6.2f} %  "
           "(+ loading the other objects, discovery, attaching: before the workload starts)")
     print(f"recorder in all                {r['rec_all_s']:8.3f} s  (load, discovery, conversion too)")
@@ -275,7 +295,8 @@ def main() -> None:
                 else:
                     print(f"run {i + 1} {s}: workload {r['work']:.2f} s, probes {r['probe_pct']:.2f} %, "
                           f"recorder {r['rec_s'] * 1e3:.1f} ms {r['rec_pct']:.2f} % (from load "
-                          f"{r['load_s'] * 1e3:.1f} ms {r['load_pct']:.2f} %), added {r['added_pct']:.2f} %",
+                          f"{r['load_s'] * 1e3:.1f} ms {r['load_pct']:.2f} %), added {r['added_pct']:.2f} %, "
+                          f"steady {r['steady_pct']:.2f} %",
                           flush=True)
     finally:
         with open(STATS, "w") as f:
@@ -284,12 +305,12 @@ def main() -> None:
         print(f"\nmedians over {args.runs} run(s), model {args.model}, events={args.events}"
               f"{', status line on a terminal' if args.tty else ''}:")
         print(f"{'timeline from':32s} {'workload s':>10s} {'probes %':>9s} {'recorder ms':>12s} "
-              f"{'recorder %':>11s} {'added %':>8s} {'from load ms':>13s} {'from load %':>12s}")
+              f"{'recorder %':>11s} {'added %':>8s} {'steady %':>9s} {'from load ms':>13s} {'from load %':>12s}")
         for s, rs in results.items():
             med = {k: statistics.median(r[k] for r in rs)
-                   for k in ("work", "probe_pct", "rec_s", "rec_pct", "added_pct", "load_s", "load_pct")}
+                   for k in ("work", "probe_pct", "rec_s", "rec_pct", "added_pct", "steady_pct", "load_s", "load_pct")}
             print(f"{s[-32:]:32s} {med['work']:10.2f} {med['probe_pct']:9.2f} {med['rec_s'] * 1e3:12.1f} "
-                  f"{med['rec_pct']:11.2f} {med['added_pct']:8.2f} {med['load_s'] * 1e3:13.1f} "
+                  f"{med['rec_pct']:11.2f} {med['added_pct']:8.2f} {med['steady_pct']:9.2f} {med['load_s'] * 1e3:13.1f} "
                   f"{med['load_pct']:12.2f}")
 
 
