@@ -236,3 +236,34 @@ def test_oom_killed_child_is_named(tmp_path):
     js = json.loads(open(convert(raw, str(tmp_path / "t.json"))).read())
     ev = [e for e in js["traceEvents"] if e.get("name") == "killed by OOM"]
     assert len(ev) == 1 and ev[0]["args"]["victim"] == "pt_data_worker", ev
+
+
+COMPACT = """
+    import time
+    time.sleep(0.3)
+    for _ in range(2):  # compaction of every zone, in this thread (as root): order -1
+        with open("/proc/sys/vm/compact_memory", "w") as f:
+            f.write("1")
+        time.sleep(0.1)
+"""
+
+
+def test_compaction_in_the_thread_is_recorded(tmp_path):
+    """mm_compaction_begin/end on a recorded thread: one slice per zone compacted,
+    on that thread, with its result.  Requested (order -1) rather than an
+    allocation's stall: named so, and not memory pressure."""
+    trace = convert(record(tmp_path, None, COMPACT), str(tmp_path / "t.pftrace"))
+    tp = open_trace(trace)
+    try:
+        rows = tp.query("""select s.name, s.dur, t.tid, p.pid, extract_arg(s.arg_set_id, 'debug.order'),
+                                  extract_arg(s.arg_set_id, 'debug.result')
+                           from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
+                           join process p using (upid) where s.category = 'memory'""").rows
+    finally:
+        tp.close()
+    assert len(rows) >= 2, rows  # two requests, each at least one zone
+    assert {r[0] for r in rows} == {"requested compaction"}, rows
+    assert all(r[1] >= 0 and r[2] == r[3] and r[4] == -1 for r in rows), rows
+    assert {r[5] for r in rows} <= {"not_suitable_zone", "skipped", "deferred", "no_suitable_page", "continue",
+                                    "complete", "partial_skipped", "contended", "success"}, rows
+    assert not [f for f in findings(trace)["memory_pressure"] if "compaction" in f["finding"]]

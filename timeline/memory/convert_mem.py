@@ -2,7 +2,10 @@
 
 Stalls: a slice on the thread (category 'memory'), named 'direct reclaim'
 (the machine was short of memory), 'memcg reclaim' (the thread's cgroup was
-at its limit or memory.high) or 'compaction'; args order, gfp (hex),
+at its limit or memory.high) or 'compaction' (an allocation that compacted
+memory; 'requested compaction' when order is -1: the thread asked for it,
+e.g. by writing /proc/sys/vm/compact_memory, not a stall of its
+allocations, so memory_pressure leaves it out); args order, gfp (hex),
 pages_reclaimed (reclaim) or result (compaction), and the thread's fault
 counts when the stall ended: major_faults, minor_faults, and
 major_faults_since_last_stall.
@@ -27,6 +30,7 @@ from . import mem_records as mr
 PAGE = os.sysconf("SC_PAGE_SIZE")
 STALLS = {mr.MEM_DIRECT_RECLAIM: "direct reclaim", mr.MEM_MEMCG_RECLAIM: "memcg reclaim",
           mr.MEM_COMPACTION: "compaction"}
+REQUESTED_COMPACTION = "requested compaction"  # order -1: compact whole zones (compact_memory, sysfs)
 # enum compact_result (include/linux/compaction.h); values past it are shown as numbers
 COMPACT_RESULTS = {0: "not_suitable_zone", 1: "skipped", 2: "deferred", 3: "no_suitable_page", 4: "continue",
                    5: "complete", 6: "partial_skipped", 7: "contended", 8: "success"}
@@ -61,7 +65,8 @@ class MemConverter(FamilyConverter):
         else:
             args["pages_reclaimed"] = int(r["nr"])
         ts = int(r["ts"])
-        sink.slice(ts, max(int(r["end_ts"]) - ts, 0), tid, int(r["tgid"]), STALLS[kind], "memory",
+        name = REQUESTED_COMPACTION if kind == mr.MEM_COMPACTION and int(r["order"]) < 0 else STALLS[kind]
+        sink.slice(ts, max(int(r["end_ts"]) - ts, 0), tid, int(r["tgid"]), name, "memory",
                    {k: v for k, v in args.items() if v is not None})
 
     def _oom(self, sink, r) -> None:
