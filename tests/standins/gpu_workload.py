@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from ctypes import byref, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+from ctypes import byref, c_size_t, c_ulonglong, c_void_p
 
 from cuda_workload import dim3, load
 

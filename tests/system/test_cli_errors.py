@@ -141,7 +141,6 @@ def test_query_on_raw_log_points_at_convert(tmp_path):
 
 
 def test_ctrl_c_stops_a_long_wasm_query(small_trace):
-    import signal
     sql = ("with recursive c(x) as (select 1 union all select x + 1 from c where x < 1000000000) "
            "select count(*) from c")
     p = subprocess.Popen([sys.executable, "-m", "timeline.cli", "query", small_trace, "--engine", "wasm", sql],

@@ -36,7 +36,7 @@ def test_recorded_standin_workload_converts_with_every_flow(tmp_path):
         convert(raw, str(tmp_path / out))
         with open_trace(str(tmp_path / out), engine="wasm") as tp:
             assert_one_row_per_pid_and_tid(tp)
-            rows = tp.query(f"""select g.name, g.category, c.name, c.category, t.tid from slice g
+            rows = tp.query("""select g.name, g.category, c.name, c.category, t.tid from slice g
                                 left join flow f on f.slice_in = g.id left join slice c on c.id = f.slice_out
                                 left join thread_track tt on c.track_id = tt.id left join thread t using (utid)
                                 where g.category glob 'gpu_*'""").rows

@@ -21,7 +21,6 @@ def test_torchrun_ranks_recorded(tmp_path):
     """A real torchrun (gloo, CPU, 2 ranks): each worker's rank reaches the raw
     log, and the Chrome JSON names its process `rank N · ...`, sorted by rank."""
     import json
-    import shutil
     from helpers import read_raw, require_root, timeline_cmd
     require_root()
     script = tmp_path / "train.py"

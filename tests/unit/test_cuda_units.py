@@ -13,7 +13,8 @@ from timeline.cuda import discovery as dsc
 from timeline.cuda import records as cuda_records
 from timeline.cuda.decode import decode_group
 from timeline.cuda.probes import BY_NAME, PROBES, table_meta
-from timeline.cuda.symbols import ElfSymbols, demangle
+from timeline.cuda.symbols import ElfSymbols
+from timeline.demangle import demangle
 from timeline.trace_processor import open_trace
 from rawlog_factory import BOOT0, LogBuilder
 from standins import build

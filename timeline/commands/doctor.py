@@ -8,6 +8,7 @@ looked for where `record` looks.  Exit 0 when recording can work.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import re
 import sys
@@ -161,7 +162,7 @@ def check_analysis() -> list[Check]:
 
     out = []
     try:
-        import wasmtime  # noqa: F401  (the wasm engine's runtime)
+        importlib.import_module("wasmtime")  # the wasm engine's runtime
 
         from ..trace_processor.wasm_engine import find_wasm
 

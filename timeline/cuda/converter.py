@@ -26,7 +26,7 @@ from ..converters.interface import Column, ColumnSet
 from .decode import MEMCPY_KINDS, decode_columns, launch_func, name_of, probe_table, unique_rows
 from .probes import CATEGORY, NCCL, RUNTIME, Role
 from .resolve import MapsIndex
-from .symbols import demangle
+from ..demangle import demangle
 
 BIN_NS = 100_000_000  # rate counters: 0.1 s bins
 LAUNCH_ROLES = (Role.LAUNCH_RT, Role.LAUNCH_CFG, Role.LAUNCH_CU)

@@ -21,7 +21,8 @@ import bisect
 import os
 
 from .. import safe_input
-from .symbols import ElfSymbols, demangle
+from ..demangle import demangle
+from .symbols import ElfSymbols
 
 STRING_LIMIT = 4096   # bytes read for one registered kernel name
 MAX_MAPPED_FILES = 256  # files one conversion opens at most (a crafted log may name thousands)

@@ -16,7 +16,6 @@ import numpy as np
 from elftools.elf.elffile import ELFFile
 
 from .. import safe_input
-from ..demangle import demangle  # noqa: F401  (re-exported: the converter names kernels with it)
 
 SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                 ("value", "<u8"), ("size", "<u8")])
