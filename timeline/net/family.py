@@ -25,7 +25,7 @@ NET = Family(
     rings=(Ring(records.RING_NET, records.NET_EVENT, "tl_net_event", records.NetKind, "net_ring", MIB,
                 header="net/records.h"),),
     bpf_object="net.bpf.o",
-    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_probe", "tl_net_state"),
+    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_state"),
     # the softirq accounting, attached by the plugin with --net-softirq only
     plugin_programs=("tl_net_softirq_entry", "tl_net_softirq_exit"),
     options=NetOptions,

@@ -8,13 +8,17 @@
  * counts go to the ring when its next call falls in a later
  * TL_NET_BUCKET_NS bucket, and the plugin flushes what is left at the end.
  * So a thread busy-looping non-blocking send()/recv() (NCCL's socket
- * transport, Gloo's device threads) costs one map update per call and at
- * most one record per bucket.
+ * transport, Gloo's device threads) costs one array update per call and at
+ * most one record per bucket.  The same calls sample a TCP connection's
+ * RTT and windows, at most once per bucket: no program on every received
+ * segment (tcp_probe was most of the family's cost; docs/benchmarks.md).
  *
- * Retransmits and tcp_probe run in softirq/timer context, where "current"
- * is whoever was interrupted: they are attributed through net_sock, the
- * connections the tracked threads used (socket -> last user).  Sockets no
- * tracked thread touched are ignored after one hash lookup.
+ * Per-socket state (last recorded user, slots of its counts) lives in the
+ * socket's local storage (net_sks): found from the socket without a hash
+ * lookup, absent on sockets no recorded thread touched, so those cost one
+ * NULL from bpf_sk_storage_get (plus the tracked-thread lookup on send/recv).
+ * Retransmits run in softirq/timer context, where "current" is whoever was
+ * interrupted: they are attributed through it (socket -> last user).
  */
 #include "tracking.bpf.h"
 #include <bpf/bpf_endian.h>
@@ -23,8 +27,6 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const volatile struct tl_net_event tl_net_event_layout = {};
-
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -45,6 +47,7 @@ struct {
  * at a NULL from bpf_sk_storage_get. */
 #define NET_SLOTS 2
 #define NET_SK_IGNORED 1   /* not AF_INET/AF_INET6 (a Unix socket): not counted */
+#define NET_SK_TCP 2       /* a TCP socket: RTT samples */
 
 struct net_sk {
 	__u32 tid;               /* last recorded thread that used the socket */
@@ -53,7 +56,7 @@ struct net_sk {
 	__u32 slot[NET_SLOTS];   /* ... their index + 1 (0: none yet) */
 	__u32 flags;             /* NET_SK_* */
 	__u32 pad;
-	__u64 rtt_us;            /* tcp_mstamp (µs) of the last RTT sample */
+	__u64 rtt_ts;            /* time of the last RTT sample */
 };
 
 struct {
@@ -154,6 +157,40 @@ static __always_inline void flush(struct tl_net_event *v)
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* One record about a known connection, from any context. */
+static __always_inline struct tl_net_event *conn_event(const struct sock *sk, struct net_sk *s, __u8 kind,
+							 __u64 now)
+{
+	struct tl_net_event *e = tl_reserve(&net_ring, TL_RING_NET, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = e->end_ts = now;
+	e->sk = (__u64)sk;
+	e->tid = s->tid;
+	e->tgid = s->tgid;
+	e->kind = kind;
+	e->cpu = bpf_get_smp_processor_id();
+	e->newstate = BPF_CORE_READ(sk, __sk_common.skc_state);
+	read_addrs(sk, e);
+	return e;
+}
+
+/* The connection's RTT, congestion and receive windows, sampled by a call of
+ * a recorded thread (at most one per connection per TL_NET_BUCKET_NS): no
+ * probe on every received segment (tcp_probe, most of this family's cost
+ * when it had one), and idle connections have nothing new to show. */
+static __always_inline void rtt_sample(struct sock *sk, struct net_sk *s, __u64 now)
+{
+	s->rtt_ts = now;  /* a race between CPUs costs one extra sample */
+	struct tl_net_event *e = conn_event(sk, s, TL_NET_RTT, now);
+	if (!e)
+		return;
+	read_tcp(sk, e);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void io_init(struct tl_net_event *v, struct sock *sk, __u64 id, __u64 now)
 {
 	__builtin_memset(v, 0, sizeof(*v));
@@ -241,6 +278,8 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 				s->flags |= NET_SK_IGNORED;
 				return 0;
 			}
+			if (sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM)
+				s->flags |= NET_SK_TCP;
 		} else if (!tl_is_tracked(tid)) {
 			return 0;
 		}
@@ -271,6 +310,8 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 		v->errors++;
 	v->end_ts = now;
 	v->cpu = bpf_get_smp_processor_id();
+	if ((s->flags & NET_SK_TCP) && now - s->rtt_ts >= TL_NET_BUCKET_NS)
+		rtt_sample(sk, s, now);
 	return 0;
 }
 
@@ -286,26 +327,6 @@ int BPF_PROG(tl_net_recv, struct sock *sk, int ret, int flags)
 	return on_io(sk, ret, flags, false);
 }
 
-/* One record about a known connection, from any context. */
-static __always_inline struct tl_net_event *conn_event(const struct sock *sk, struct net_sk *s, __u8 kind,
-							 __u64 now)
-{
-	struct tl_net_event *e = tl_reserve(&net_ring, TL_RING_NET, sizeof(*e));
-
-	if (!e)
-		return NULL;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts = e->end_ts = now;
-	e->sk = (__u64)sk;
-	e->tid = s->tid;
-	e->tgid = s->tgid;
-	e->kind = kind;
-	e->cpu = bpf_get_smp_processor_id();
-	e->newstate = BPF_CORE_READ(sk, __sk_common.skc_state);
-	read_addrs(sk, e);
-	return e;
-}
-
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(tl_net_retransmit, struct sock *sk, const struct sk_buff *skb)
 {
@@ -318,31 +339,6 @@ int BPF_PROG(tl_net_retransmit, struct sock *sk, const struct sk_buff *skb)
 		return 0;
 	read_tcp(sk, e);
 	e->oldstate = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	return 0;
-}
-
-/* Runs on every segment received on every established TCP connection of the
- * machine.  Gated per socket on the connection's own clock (tcp_mstamp, µs,
- * a plain load) before any other read: at most one sample per connection per
- * TL_NET_BUCKET_NS. */
-SEC("tp_btf/tcp_probe")
-int BPF_PROG(tl_net_probe, struct sock *sk, const struct sk_buff *skb)
-{
-	struct net_sk *s = bpf_sk_storage_get(&net_sks, sk, NULL, 0);
-
-	if (!s || !s->tid)
-		return 0;
-	/* a type cast the verifier allows (and turns into a plain move) */
-	struct tcp_sock *tp = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct tcp_sock));
-	__u64 us = tp->tcp_mstamp;
-	if (us - s->rtt_us < TL_NET_BUCKET_NS / 1000)
-		return 0;
-	s->rtt_us = us;  /* a race between CPUs costs one extra sample */
-	struct tl_net_event *e = conn_event(sk, s, TL_NET_RTT, bpf_ktime_get_boot_ns());
-	if (!e)
-		return 0;
-	read_tcp(sk, e);
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	return 0;
 }
