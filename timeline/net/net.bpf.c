@@ -266,7 +266,7 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 			v = bpf_map_lookup_elem(&net_io, &n);
 		}
 	}
-	__u64 now = bpf_ktime_get_boot_ns();
+	__u64 now;
 	if (!v) {
 		/* a new pair, an untracked thread, or a pair in net_io_more */
 		if (!s) {
@@ -283,10 +283,11 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 		} else if (!tl_is_tracked(tid)) {
 			return 0;
 		}
+		now = bpf_ktime_get_boot_ns();  /* not before: other threads' calls need no time */
 		v = io_claim(sk, s, id, now);
 		if (!v)
 			return 0;
-	} else if (now / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
+	} else if ((now = bpf_ktime_get_boot_ns()) / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
 		if (v->tx_calls || v->rx_calls)
 			flush(v);
 		v->tx_bytes = v->rx_bytes = 0;
