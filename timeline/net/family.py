@@ -31,8 +31,8 @@ NET = Family(
     options=NetOptions,
     requires="Linux >= 6.3 (sock_send_length/sock_recv_length tracepoints, BTF tracepoints)",
     supported=kernel_supported,
-    # opt-in (-e ...,net): even without the softirq probes its programs took ~2% of one CPU-step of
-    # bench/net_cost.py's job (docs/benchmarks.md); ≤ 1% not shown
+    # opt-in (-e ...,net): its programs take ~1.2% of one CPU-step of bench/net_cost.py's job
+    # (2026-11-26, ~2.6% before issue 24; docs/benchmarks.md); ≤ 1% not shown
     default_on=False,
     plugin="timeline.net.plugin:NetPlugin",
     converters=("timeline.net.convert:NetConverter",),
