@@ -50,6 +50,7 @@ class BpfTime:
 
     def __init__(self):
         self.by_prog: dict[int, int] = {}
+        self.runs: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._poll, daemon=True)
@@ -60,6 +61,7 @@ class BpfTime:
             for p in json.loads(cp.stdout or "[]"):
                 if p.get("name", "").startswith("tl_net"):
                     self.by_prog[p["id"]] = max(self.by_prog.get(p["id"], 0), p.get("run_time_ns", 0))
+                    self.runs[p["id"]] = max(self.runs.get(p["id"], 0), p.get("run_cnt", 0))
                     self.names[p["id"]] = p["name"]
 
     def __enter__(self):
@@ -74,10 +76,12 @@ class BpfTime:
     def ns(self) -> int:
         return sum(self.by_prog.values())
 
-    def by_name(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def by_name(self) -> dict[str, tuple[int, int]]:
+        """program name -> (kernel ns, runs)"""
+        out: dict[str, tuple[int, int]] = {}
         for i, ns in self.by_prog.items():
-            out[self.names[i]] = out.get(self.names[i], 0) + ns
+            t, n = out.get(self.names[i], (0, 0))
+            out[self.names[i]] = (t + ns, n + self.runs.get(i, 0))
         return out
 
 
@@ -111,7 +115,7 @@ def main() -> None:
     ns = (f"tlb{os.getpid()}a", f"tlb{os.getpid()}b")
     try:
         make_namespaces(*ns)
-        off, on, on_sq, rates, bpf, progs = [], [], [], [], [], {}
+        off, on, on_sq, rates, bpf, progs, per_run = [], [], [], [], [], {}, {}
         arms = [("sched", [], off), ("sched,net", [], on)]
         if args.softirq:
             arms.append(("sched,net", ["--net-softirq"], on_sq))
@@ -127,8 +131,10 @@ def main() -> None:
                     if events.endswith("net") and not extra:
                         rates.append(rate)
                         bpf.append(t.ns / (args.steps + 1))  # + the warm-up all-reduce (and the setup)
-                        for name, prog_ns in t.by_name().items():
+                        for name, (prog_ns, runs) in t.by_name().items():
                             progs.setdefault(name, []).append(prog_ns / (args.steps + 1))
+                            if runs:
+                                per_run.setdefault(name, []).append((prog_ns / runs, runs / (args.steps + 1)))
                     print(f"rep {rep} {events + ' ' + ' '.join(extra):24s} step {step * 1e3:8.3f} ms"
                           + (f"  net records/s {rate:,.0f}  BPF {bpf[-1] / 1e3:.1f} us/step"
                              if events.endswith("net") and not extra else ""), flush=True)
@@ -146,6 +152,9 @@ def main() -> None:
         print(f"net programs' kernel time (without --net-softirq): median {k / 1e3:.1f} us per step (both ranks, all CPUs) = "
               f"{100 * k / (a * 1e9):.2f}% of one CPU-step of {a * 1e3:.3f} ms: "
               + ", ".join(f"{n} {statistics.median(v) / 1e3:.1f}" for n, v in sorted(progs.items())))
+        print("per program run (median over reps): "
+              + ", ".join(f"{n} {statistics.median(x[0] for x in v):.0f} ns x {statistics.median(x[1] for x in v):.0f}/step"
+                          for n, v in sorted(per_run.items())))
     finally:
         subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"])
         for n in ns:

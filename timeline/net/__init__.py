@@ -12,7 +12,7 @@ import os
 
 # tp_btf programs on these tracepoints; sock_send_length/sock_recv_length came in Linux 6.3.
 TRACEPOINTS = ("sock/sock_send_length", "sock/sock_recv_length", "sock/inet_sock_set_state",
-               "tcp/tcp_retransmit_skb", "tcp/tcp_probe", "irq/softirq_entry", "irq/softirq_exit")
+               "tcp/tcp_retransmit_skb", "irq/softirq_entry", "irq/softirq_exit")
 
 
 def kernel_supported(release: str | None = None) -> bool:

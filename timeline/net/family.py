@@ -25,14 +25,14 @@ NET = Family(
     rings=(Ring(records.RING_NET, records.NET_EVENT, "tl_net_event", records.NetKind, "net_ring", MIB,
                 header="net/records.h"),),
     bpf_object="net.bpf.o",
-    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_probe", "tl_net_state"),
+    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_state"),
     # the softirq accounting, attached by the plugin with --net-softirq only
     plugin_programs=("tl_net_softirq_entry", "tl_net_softirq_exit"),
     options=NetOptions,
     requires="Linux >= 6.3 (sock_send_length/sock_recv_length tracepoints, BTF tracepoints)",
     supported=kernel_supported,
-    # opt-in (-e ...,net): even without the softirq probes its programs took ~2% of one CPU-step of
-    # bench/net_cost.py's job (docs/benchmarks.md); ≤ 1% not shown
+    # opt-in (-e ...,net): its programs take ~1.2% of one CPU-step of bench/net_cost.py's job
+    # (2026-11-26, ~2.6% before issue 24; docs/benchmarks.md); ≤ 1% not shown
     default_on=False,
     plugin="timeline.net.plugin:NetPlugin",
     converters=("timeline.net.convert:NetConverter",),

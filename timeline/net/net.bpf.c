@@ -8,13 +8,17 @@
  * counts go to the ring when its next call falls in a later
  * TL_NET_BUCKET_NS bucket, and the plugin flushes what is left at the end.
  * So a thread busy-looping non-blocking send()/recv() (NCCL's socket
- * transport, Gloo's device threads) costs one map update per call and at
- * most one record per bucket.
+ * transport, Gloo's device threads) costs one array update per call and at
+ * most one record per bucket.  The same calls sample a TCP connection's
+ * RTT and windows, at most once per bucket: no program on every received
+ * segment (tcp_probe was most of the family's cost; docs/benchmarks.md).
  *
- * Retransmits and tcp_probe run in softirq/timer context, where "current"
- * is whoever was interrupted: they are attributed through net_sock, the
- * connections the tracked threads used (socket -> last user).  Sockets no
- * tracked thread touched are ignored after one hash lookup.
+ * Per-socket state (last recorded user, slots of its counts) lives in the
+ * socket's local storage (net_sks): found from the socket without a hash
+ * lookup, absent on sockets no recorded thread touched, so those cost one
+ * NULL from bpf_sk_storage_get (plus the tracked-thread lookup on send/recv).
+ * Retransmits run in softirq/timer context, where "current" is whoever was
+ * interrupted: they are attributed through it (socket -> last user).
  */
 #include "tracking.bpf.h"
 #include <bpf/bpf_endian.h>
@@ -30,12 +34,59 @@ const volatile struct tl_net_event tl_net_event_layout = {};
 #define EAGAIN 11
 #define NET_TX_VEC 2
 #define NET_RX_VEC 3
-#define TCP_CLOSE_STATE 7
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } net_ring SEC(".maps");
+
+/* Per socket (socket local storage: found through the socket itself, no
+ * hash lookup, gone with the socket, so a freed socket's memory reused for
+ * another connection starts clean).  Only sockets a recorded thread used or
+ * opened have one: for every other socket on the machine the programs stop
+ * at a NULL from bpf_sk_storage_get. */
+#define NET_SLOTS 2
+#define NET_SK_IGNORED 1   /* not AF_INET/AF_INET6 (a Unix socket): not counted */
+#define NET_SK_TCP 2       /* a TCP socket: RTT samples */
+
+struct net_sk {
+	__u32 tid;               /* last recorded thread that used the socket */
+	__u32 tgid;
+	__u64 user[NET_SLOTS];   /* threads counting in net_io slots (64-bit for cmpxchg) ... */
+	__u32 slot[NET_SLOTS];   /* ... their index + 1 (0: none yet) */
+	__u32 flags;             /* NET_SK_* */
+	__u32 pad;
+	__u64 rtt_ts;            /* time of the last RTT sample */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct net_sk);
+} net_sks SEC(".maps");
+
+#define NET_IO_SLOTS 16384
+
+/* (thread, socket) counts in the current bucket, laid out as the record they
+ * become, at the index a socket's net_sk gives: an array lookup, not a hash
+ * one, on every send/recv.  Slots are handed out once (net_io_used) and not
+ * reused: a socket's are lost with it, the plugin writes what they still hold
+ * at the end.  Pairs past NET_SLOTS per socket or NET_IO_SLOTS in all count
+ * in net_io_more instead, keyed by (socket, thread). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NET_IO_SLOTS);
+	__type(key, __u32);
+	__type(value, struct tl_net_event);
+} net_io SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} net_io_used SEC(".maps");
 
 struct net_io_key {
 	__u64 sk;
@@ -43,29 +94,14 @@ struct net_io_key {
 	__u32 pad;
 };
 
-/* (thread, socket) -> its counts in the current bucket, laid out as the
- * record they become.  LRU: a thread that stops using a socket must not hold
- * its slot forever (an evicted pair loses at most one bucket). */
+/* LRU: a thread that stops using a socket must not hold its slot forever
+ * (an evicted pair loses at most one bucket). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct net_io_key);
 	__type(value, struct tl_net_event);
-} net_io SEC(".maps");
-
-struct net_sock {
-	__u32 tid;         /* last recorded thread that used the socket */
-	__u32 tgid;
-	__u64 rtt_bucket;  /* bucket of the last RTT record: one per bucket */
-};
-
-/* Connections of tracked threads: socket -> last user. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct net_sock);
-} net_socks SEC(".maps");
+} net_io_more SEC(".maps");
 
 struct net_cpu {
 	__u64 start;       /* softirq entry (0: none open) */
@@ -111,19 +147,6 @@ static __always_inline void read_tcp(const struct sock *sk, struct tl_net_event 
 	e->retrans_out = BPF_CORE_READ(tp, retrans_out);
 }
 
-static __always_inline void note_sock(__u64 sk, __u32 tid, __u32 tgid)
-{
-	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &sk);
-
-	if (s) {
-		s->tid = tid;
-		s->tgid = tgid;
-		return;
-	}
-	struct net_sock v = { .tid = tid, .tgid = tgid };
-	bpf_map_update_elem(&net_socks, &sk, &v, BPF_ANY);
-}
-
 static __always_inline void flush(struct tl_net_event *v)
 {
 	struct tl_net_event *e = tl_reserve(&net_ring, TL_RING_NET, sizeof(*e));
@@ -134,77 +157,8 @@ static __always_inline void flush(struct tl_net_event *v)
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
-static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-
-	if (!sk || !tl_is_tracked(tid))
-		return 0;
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	if (family != AF_INET && family != AF_INET6)
-		return 0;
-	__u64 now = bpf_ktime_get_boot_ns();
-	struct net_io_key key = { .sk = (__u64)sk, .tid = tid };
-	struct tl_net_event *v = bpf_map_lookup_elem(&net_io, &key);
-
-	if (!v) {
-		struct tl_net_event z = {};
-
-		z.ts = now;
-		z.sk = (__u64)sk;
-		z.tid = tid;
-		z.tgid = id >> 32;
-		z.kind = TL_NET_IO;
-		read_addrs(sk, &z);
-		bpf_map_update_elem(&net_io, &key, &z, BPF_ANY);
-		v = bpf_map_lookup_elem(&net_io, &key);
-		if (!v)
-			return 0;
-		note_sock((__u64)sk, tid, id >> 32);
-	} else if (now / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
-		if (v->tx_calls || v->rx_calls)
-			flush(v);
-		v->tx_bytes = v->rx_bytes = 0;
-		v->tx_calls = v->rx_calls = v->errors = v->eagain = 0;
-		v->ts = now;
-		/* The socket may have been freed and reused for another
-		 * connection since this pair's last bucket. */
-		read_addrs(sk, v);
-		note_sock((__u64)sk, tid, id >> 32);
-	}
-	if (tx) {
-		v->tx_calls++;
-		if (ret > 0)
-			v->tx_bytes += ret;
-	} else {
-		v->rx_calls++;
-		if (ret > 0 && !(flags & MSG_PEEK))
-			v->rx_bytes += ret;
-	}
-	if (ret == -EAGAIN)
-		v->eagain++;
-	else if (ret < 0)
-		v->errors++;
-	v->end_ts = now;
-	v->cpu = bpf_get_smp_processor_id();
-	return 0;
-}
-
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(tl_net_send, struct sock *sk, int ret, int flags)
-{
-	return on_io(sk, ret, flags, true);
-}
-
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(tl_net_recv, struct sock *sk, int ret, int flags)
-{
-	return on_io(sk, ret, flags, false);
-}
-
 /* One record about a known connection, from any context. */
-static __always_inline struct tl_net_event *conn_event(const struct sock *sk, struct net_sock *s, __u8 kind,
+static __always_inline struct tl_net_event *conn_event(const struct sock *sk, struct net_sk *s, __u8 kind,
 							 __u64 now)
 {
 	struct tl_net_event *e = tl_reserve(&net_ring, TL_RING_NET, sizeof(*e));
@@ -223,13 +177,163 @@ static __always_inline struct tl_net_event *conn_event(const struct sock *sk, st
 	return e;
 }
 
-SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(tl_net_retransmit, const struct sock *sk, const struct sk_buff *skb)
+/* The connection's RTT, congestion and receive windows, sampled by a call of
+ * a recorded thread (at most one per connection per TL_NET_BUCKET_NS): no
+ * probe on every received segment (tcp_probe, most of this family's cost
+ * when it had one), and idle connections have nothing new to show. */
+static __always_inline void rtt_sample(struct sock *sk, struct net_sk *s, __u64 now)
 {
-	__u64 key = (__u64)sk;
-	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &key);
+	s->rtt_ts = now;  /* a race between CPUs costs one extra sample */
+	struct tl_net_event *e = conn_event(sk, s, TL_NET_RTT, now);
+	if (!e)
+		return;
+	read_tcp(sk, e);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
 
-	if (!s)
+static __always_inline void io_init(struct tl_net_event *v, struct sock *sk, __u64 id, __u64 now)
+{
+	__builtin_memset(v, 0, sizeof(*v));
+	v->ts = now;
+	v->sk = (__u64)sk;
+	v->tid = (__u32)id;
+	v->tgid = id >> 32;
+	v->kind = TL_NET_IO;
+	read_addrs(sk, v);
+}
+
+/* The counts of this (socket, thread) pair, made on its first call: a free
+ * slot of the socket's net_sk and a fresh net_io entry, else net_io_more. */
+static __always_inline struct tl_net_event *io_claim(struct sock *sk, struct net_sk *s, __u64 id, __u64 now)
+{
+	__u32 tid = (__u32)id, zero = 0, i;
+	struct tl_net_event *v;
+
+	for (i = 0; i < NET_SLOTS; i++) {
+		if (s->user[i] || __sync_val_compare_and_swap(&s->user[i], 0, tid) != 0)
+			continue;
+		/* user[i] is ours: only this thread reads slot[i] */
+		__u64 *used = bpf_map_lookup_elem(&net_io_used, &zero);
+		if (!used)
+			break;
+		__u32 n = __sync_fetch_and_add(used, 1);
+		v = bpf_map_lookup_elem(&net_io, &n);
+		if (!v)
+			break;  /* all handed out: user[i] stays ours, its counts go to net_io_more */
+		io_init(v, sk, id, now);
+		s->slot[i] = n + 1;
+		return v;
+	}
+	struct net_io_key key = { .sk = (__u64)sk, .tid = tid };
+	v = bpf_map_lookup_elem(&net_io_more, &key);
+	if (v)
+		return v;
+	struct tl_net_event z;
+	io_init(&z, sk, id, now);
+	bpf_map_update_elem(&net_io_more, &key, &z, BPF_ANY);
+	return bpf_map_lookup_elem(&net_io_more, &key);
+}
+
+/* A socket's net_sk, made when a recorded thread first touches it. */
+static __always_inline struct net_sk *sk_claim(struct sock *sk, __u32 tid)
+{
+	if (!tl_is_tracked(tid))
+		return NULL;
+	return bpf_sk_storage_get(&net_sks, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+}
+
+/* Cheapest test first: a socket no recorded thread touched has no net_sk (no
+ * map lookup); a known pair finds its counts at an array index. */
+static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct tl_net_event *v = NULL;
+
+	if (!sk)
+		return 0;
+	struct net_sk *s = bpf_sk_storage_get(&net_sks, sk, NULL, 0);
+	if (s) {
+		if (s->flags & NET_SK_IGNORED)
+			return 0;
+		__u32 n = 0;
+		if (s->user[0] == tid)
+			n = s->slot[0];
+		else if (s->user[1] == tid)
+			n = s->slot[1];
+		if (n) {
+			n -= 1;
+			v = bpf_map_lookup_elem(&net_io, &n);
+		}
+	}
+	__u64 now;
+	if (!v) {
+		/* a new pair, an untracked thread, or a pair in net_io_more */
+		if (!s) {
+			s = sk_claim(sk, tid);
+			if (!s)
+				return 0;
+			__u16 family = sk->__sk_common.skc_family;
+			if (family != AF_INET && family != AF_INET6) {
+				s->flags |= NET_SK_IGNORED;
+				return 0;
+			}
+			if (sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM)
+				s->flags |= NET_SK_TCP;
+		} else if (!tl_is_tracked(tid)) {
+			return 0;
+		}
+		now = bpf_ktime_get_boot_ns();  /* not before: other threads' calls need no time */
+		v = io_claim(sk, s, id, now);
+		if (!v)
+			return 0;
+	} else if ((now = bpf_ktime_get_boot_ns()) / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
+		if (v->tx_calls || v->rx_calls)
+			flush(v);
+		v->tx_bytes = v->rx_bytes = 0;
+		v->tx_calls = v->rx_calls = v->errors = v->eagain = 0;
+		v->ts = now;
+	}
+	s->tid = tid;
+	s->tgid = id >> 32;
+	if (tx) {
+		v->tx_calls++;
+		if (ret > 0)
+			v->tx_bytes += ret;
+	} else {
+		v->rx_calls++;
+		if (ret > 0 && !(flags & MSG_PEEK))
+			v->rx_bytes += ret;
+	}
+	if (ret == -EAGAIN)
+		v->eagain++;
+	else if (ret < 0)
+		v->errors++;
+	v->end_ts = now;
+	v->cpu = bpf_get_smp_processor_id();
+	if ((s->flags & NET_SK_TCP) && now - s->rtt_ts >= TL_NET_BUCKET_NS)
+		rtt_sample(sk, s, now);
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tl_net_send, struct sock *sk, int ret, int flags)
+{
+	return on_io(sk, ret, flags, true);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(tl_net_recv, struct sock *sk, int ret, int flags)
+{
+	return on_io(sk, ret, flags, false);
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tl_net_retransmit, struct sock *sk, const struct sk_buff *skb)
+{
+	struct net_sk *s = bpf_sk_storage_get(&net_sks, sk, NULL, 0);
+
+	if (!s || !s->tid)
 		return 0;
 	struct tl_net_event *e = conn_event(sk, s, TL_NET_RETRANSMIT, bpf_ktime_get_boot_ns());
 	if (!e)
@@ -240,42 +344,26 @@ int BPF_PROG(tl_net_retransmit, const struct sock *sk, const struct sk_buff *skb
 	return 0;
 }
 
-SEC("tp_btf/tcp_probe")
-int BPF_PROG(tl_net_probe, struct sock *sk, const struct sk_buff *skb)
-{
-	__u64 key = (__u64)sk, now = bpf_ktime_get_boot_ns();
-	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &key);
-
-	if (!s || s->rtt_bucket == now / TL_NET_BUCKET_NS)
-		return 0;
-	s->rtt_bucket = now / TL_NET_BUCKET_NS;  /* a race between CPUs costs one extra sample */
-	struct tl_net_event *e = conn_event(sk, s, TL_NET_RTT, now);
-	if (!e)
-		return 0;
-	read_tcp(sk, e);
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	return 0;
-}
-
 SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(tl_net_state, const struct sock *sk, const int oldstate, const int newstate)
+int BPF_PROG(tl_net_state, struct sock *sk, const int oldstate, const int newstate)
 {
-	__u64 key = (__u64)sk, id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct net_sock *s = bpf_map_lookup_elem(&net_socks, &key);
-	struct net_sock mine = { .tid = tid, .tgid = id >> 32 };
+	__u64 id = bpf_get_current_pid_tgid();
+	struct net_sk *s = bpf_sk_storage_get(&net_sks, sk, NULL, 0);
 
-	if (!s) {
+	if (!s || !s->tid) {
 		/* connect() or listen() by a tracked thread: a new connection to
 		 * follow (accepted ones join at their first call).  Only those two,
 		 * which run in the caller's context: other changes (a handshake
 		 * completing, a FIN arriving) run in softirq on whatever thread
 		 * the CPU was on, often a tracked sender on the same host, which
 		 * would claim another process's socket. */
-		if (!tl_is_tracked(tid) || (newstate != TCP_SYN_SENT && newstate != TCP_LISTEN))
+		if (newstate != TCP_SYN_SENT && newstate != TCP_LISTEN)
 			return 0;
-		bpf_map_update_elem(&net_socks, &key, &mine, BPF_ANY);
-		s = &mine;
+		s = sk_claim(sk, (__u32)id);
+		if (!s)
+			return 0;
+		s->tid = (__u32)id;
+		s->tgid = id >> 32;
 	}
 	struct tl_net_event *e = conn_event(sk, s, TL_NET_STATE, bpf_ktime_get_boot_ns());
 	if (e) {
@@ -283,9 +371,6 @@ int BPF_PROG(tl_net_state, const struct sock *sk, const int oldstate, const int 
 		e->newstate = newstate;
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	}
-	/* The socket's memory may next hold another connection. */
-	if (newstate == TCP_CLOSE_STATE)
-		bpf_map_delete_elem(&net_socks, &key);
 	return 0;
 }
 

@@ -2,8 +2,9 @@
 
 net.bpf.c writes a (thread, socket) pair's counts, and a CPU's softirq sums,
 when the next activity falls in a later bucket; whatever was counted since a
-pair's last bucket is still in the maps when recording stops, so stop() reads
-them and writes them as records of the same ring.  The softirq accounting
+pair's last bucket is still in the maps (net_io's slots handed out, net_io_more)
+when recording stops, so stop() reads them and writes them as records of the
+same ring.  The softirq accounting
 is attached here, with --net-softirq only: it probes every softirq of the
 machine (timers, RCU, scheduler too), most of the family's cost."""
 from __future__ import annotations
@@ -33,12 +34,20 @@ class NetPlugin(RecorderPlugin):
         obj = ctx.session.objects.get("net")
         if obj is None:
             return
-        io = [v for _, v in obj.map("net_io").items()]
+        io = self._io_slots(obj) + [v for _, v in obj.map("net_io_more").items()]
         rows = [np.frombuffer(b"".join(io), records.NET_EVENT)] if io else []
         rows.append(self._softirq_sums(obj.map("net_cpus")))
         left = _open(np.concatenate(rows))
         if left.size:
             ctx.write_ring(records.RING_NET, events.encode_ring_bytes(left))
+
+    @staticmethod
+    def _io_slots(obj) -> list[bytes]:
+        """The net_io array entries handed out (net_io_used counts them)."""
+        raw = obj.map("net_io_used").lookup(b"\0\0\0\0")
+        m = obj.map("net_io")
+        used = min(int.from_bytes(raw[:8], "little") if raw else 0, m.max_entries)
+        return [v for v in (m.lookup(i.to_bytes(4, "little")) for i in range(used)) if v is not None]
 
     @staticmethod
     def _softirq_sums(m) -> np.ndarray:

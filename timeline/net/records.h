@@ -8,9 +8,10 @@
  *
  * Sends and receives are counted in the kernel per (thread, socket) and
  * flushed as one TL_NET_IO record per TL_NET_BUCKET_NS bucket in which the
- * pair was active, so a thread busy-looping on a socket costs a map update
+ * pair was active, so a thread busy-looping on a socket costs an array update
  * per call, not a record.  Rare events (retransmits, state changes) are one
- * record each; RTT samples at most one per connection per bucket.
+ * record each; RTT samples, taken at those calls, at most one per connection
+ * per bucket (TL_NET_BUCKET_NS apart).
  */
 #ifndef TIMELINE_NET_RECORDS_H
 #define TIMELINE_NET_RECORDS_H
@@ -22,7 +23,7 @@
 #define TL_NET_IO         1  /* counts of one (thread, socket) in one bucket: ts = first call, end_ts = last */
 #define TL_NET_RETRANSMIT 2  /* one retransmitted segment; tid = last recorded thread that used the socket */
 #define TL_NET_STATE      3  /* TCP state change (oldstate -> newstate) */
-#define TL_NET_RTT        4  /* tcp_probe sample: srtt_us, snd_cwnd, snd_wnd, rcv_wnd */
+#define TL_NET_RTT        4  /* sample at a send/recv: srtt_us, snd_cwnd, snd_wnd, rcv_wnd */
 #define TL_NET_SOFTIRQ    5  /* one CPU, one bucket: tx_bytes/rx_bytes hold NET_TX/NET_RX ns, tx_calls/rx_calls their runs */
 
 #define TL_NET_CA_LOSS 4  /* TCP_CA_Loss: retransmitting after a retransmission timeout */
