@@ -153,11 +153,13 @@ def test_lossy_run_records_retransmits_and_warns(lossy):
 
 def test_clean_run_has_no_retransmit_warning(clean, lossy):
     findings = _check(clean, "net_retransmits")
-    # A loaded host can drop a few segments even on a clean veth (its backlog overflows while the
-    # softirq waits for a CPU): a handful is tolerated, an order of magnitude below the lossy run's.
+    # A loaded host can drop segments even on a clean veth (its backlog overflows while the
+    # softirq waits for a CPU): at load ~3.6 a clean run lost 20-35 against the lossy run's
+    # 110-160, so up to a third of the lossy run's count is tolerated (10% of packets dropped
+    # there on purpose).
     lost = sum(f["evidence"].get("retransmits") or 0 for f in findings)
     lossy_lost = sum(f["evidence"].get("retransmits") or 0 for f in _check(lossy, "net_retransmits"))
-    assert lost <= max(3, lossy_lost // 10), (findings, lossy_lost)
+    assert lost <= max(3, lossy_lost // 3), (findings, lossy_lost)
 
 
 def test_chrome_json_has_the_same_connection(lossy, tmp_path):
