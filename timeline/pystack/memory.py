@@ -33,16 +33,7 @@ class ProcessMemory:
         self.reads = 0
 
     def read(self, addr: int, size: int) -> bytes | None:
-        if not 0 < size <= MAX_READ or addr <= 0 or addr + size > 1 << 64:
-            return None
-        buf = ctypes.create_string_buffer(size)
-        local = _Iovec(ctypes.cast(buf, ctypes.c_void_p), size)
-        remote = _Iovec(addr, size)
-        self.reads += 1
-        n = _libc.process_vm_readv(self.pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        if n != size:
-            return None
-        return buf.raw
+        return self.read_many([(addr, size)])[0]
 
     def read_many(self, spans: list[tuple[int, int] | None]) -> list[bytes | None]:
         """Each (address, size) span's bytes, in as few process_vm_readv calls as

@@ -119,7 +119,8 @@ def ranges_311_many(tables: list[bytes], firstlinenos: list[int]) -> list[LineTa
     entries in Python) was most of the recorder's time while a job started."""
     if not tables:
         return []
-    t = np.frombuffer(b"".join(tables), np.uint8)
+    whole = b"".join(tables)
+    t = np.frombuffer(whole, np.uint8)
     lens = np.fromiter((len(x) for x in tables), np.int64, len(tables))
     seg_end = np.cumsum(lens)
     seg_start = seg_end - lens
@@ -140,7 +141,6 @@ def ranges_311_many(tables: list[bytes], firstlinenos: list[int]) -> list[LineTa
         b = np.zeros(signed.size, np.int64)
         b[ok] = t[at[ok]]
         v = b & 63
-        whole = b"".join(tables)
         for k in np.flatnonzero(ok & (b & 64 != 0)).tolist():  # more than one byte (a jump of 32 lines or more): rare
             v[k] = _varint(whole, int(at[k]))
         delta[signed] = np.where(v & 1, -(v >> 1), v >> 1)
