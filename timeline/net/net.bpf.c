@@ -284,10 +284,14 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 			return 0;
 		}
 		now = bpf_ktime_get_boot_ns();  /* not before: other threads' calls need no time */
-		v = io_claim(sk, s, id, now);
+		v = io_claim(sk, s, id, now);  /* a fresh pair (this bucket), or one counting in net_io_more */
 		if (!v)
 			return 0;
-	} else if ((now = bpf_ktime_get_boot_ns()) / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
+	} else {
+		now = bpf_ktime_get_boot_ns();
+	}
+	/* every pair, net_io_more's too, goes to the ring bucket by bucket */
+	if (now / TL_NET_BUCKET_NS != v->ts / TL_NET_BUCKET_NS) {
 		if (v->tx_calls || v->rx_calls)
 			flush(v);
 		v->tx_bytes = v->rx_bytes = 0;
