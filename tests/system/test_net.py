@@ -1,6 +1,6 @@
 """net family on a real 2-rank job across two network namespaces joined by a
 veth pair (tests/system/net_job.py: gloo all-reduce when torch is importable,
-else a socket exchange), once clean and once losing 10% of the TCP packets
+else a socket exchange), once clean and once losing 20% of the TCP packets
 the receiver's namespace gets (nftables; these kernels have no sch_netem):
 connection counters and RTT on both, retransmits and the net_retransmits
 warning only on the lossy one."""
@@ -19,7 +19,7 @@ from helpers import require_root, timeline_cmd
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "net_job.py")
 ADDR0, ADDR1, PORT = "10.77.0.1", "10.77.0.2", 29500
 LOSS_RULES = """table inet tl_loss {
-  chain input { type filter hook input priority 0; meta l4proto tcp numgen random mod 10 == 0 drop; }
+  chain input { type filter hook input priority 0; meta l4proto tcp numgen random mod 5 == 0 drop; }
 }
 """
 
@@ -155,8 +155,8 @@ def test_clean_run_has_no_retransmit_warning(clean, lossy):
     findings = _check(clean, "net_retransmits")
     # A loaded host can drop segments even on a clean veth (its backlog overflows while the
     # softirq waits for a CPU): at load ~3.6 a clean run lost 20-35 against the lossy run's
-    # 110-160, so up to a third of the lossy run's count is tolerated (10% of packets dropped
-    # there on purpose).
+    # 110-160 when that one dropped 10% (now 20%: ~340), so up to a third of the lossy run's
+    # count is tolerated.
     lost = sum(f["evidence"].get("retransmits") or 0 for f in findings)
     lossy_lost = sum(f["evidence"].get("retransmits") or 0 for f in _check(lossy, "net_retransmits"))
     assert lost <= max(3, lossy_lost // 3), (findings, lossy_lost)
@@ -216,7 +216,7 @@ def test_rank_straggler_names_the_network_on_the_lossy_run_only(clean, lossy):
     # The "clean" veth of this VM retransmits too: 600-1,800 fast retransmits in three runs of the job
     # with no recorder at all (nstat TcpRetransSegs, TCPSACKReorder: it reorders), so a clean run's
     # waits may hold some and be blamed on the network, rightly.  What must hold: far fewer than
-    # the run that drops 10% of the packets, and nothing else blamed.
+    # the run that drops 20% of the packets, and nothing else blamed.
     lossy_rtx = net[0]["evidence"]["retransmits"]
     assert all(f["evidence"]["retransmits"] * 3 <= lossy_rtx for f in quiet if "network" in f["finding"]), \
         (quiet, lossy_rtx)
