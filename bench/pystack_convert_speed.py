@@ -7,8 +7,11 @@ A synthetic raw log laid out as the recorder writes it (tests/rawlog_factory.py)
 `--samples` CPU samples of one thread at 99 Hz over `--stacks` distinct stacks
 (8 frames each), converted to .pftrace.  Reported: samples converted per
 second (the whole conversion's wall time after a first small conversion
-has imported the converters: all of it samples but the process tree), and bytes per sample in the trace (PerfSample packets, framing
-included, counted by walking the packets), field by field.
+has imported the converters: all of it samples but the process tree), and bytes per sample in the trace, framing
+included, counted by walking the packets, field by field: timer samples are
+StreamingProfilePacket runs on one sequence per thread (their interned
+names and stacks, written once, not counted); stacks at calls and waits, and
+recordings without a MONOTONIC reading, PerfSample packets.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from timeline.pystack import records as R  # noqa: E402
 
 PID = 1000
 PKT_PERF_SAMPLE = 66
+PKT_INTERNED_DATA, PKT_THREAD_DESCRIPTOR, PKT_STREAMING_PROFILE = 12, 44, 54
 
 
 def write_log(path: str, n: int, nstacks: int) -> None:
@@ -60,15 +64,46 @@ FIELD_NAMES = {8: "time", 10: "sequence id", PKT_PERF_SAMPLE: "PerfSample tag+le
                2: "pid", 3: "tid", 4: "callstack id"}
 
 
-def sample_bytes(path: str) -> tuple[int, int, dict[str, int]]:
-    """PerfSample packets, their bytes (with their tag and length in the Trace), and those bytes by field."""
-    data = memoryview(open(path, "rb").read())
+def stream_bytes(data, spans) -> tuple[int, int, dict[str, int]]:
+    """Samples in StreamingProfilePackets, the bytes of their packets (framing, thread descriptors,
+    sequence ids and flags included; interned data not), and those bytes by field."""
     n = total = 0
     by_field: dict[str, int] = {}
 
     def add(name, k):
         by_field[name] = by_field.get(name, 0) + k
-    for a, b in trace_file.packet_spans(data):
+    for a, b in spans:
+        fields = list(trace_file.iter_fields(data[a:b]))
+        if not any(f[0] in (PKT_STREAMING_PROFILE, PKT_THREAD_DESCRIPTOR) for f in fields):
+            continue
+        size = b - a + 1 + len(ev_varint(b - a))
+        for num, _, _, start, stop in fields:
+            if num == PKT_INTERNED_DATA:
+                size -= stop - start + 1 + len(ev_varint(stop - start))
+            elif num == PKT_STREAMING_PROFILE:
+                inner = 0
+                for f in trace_file.iter_fields(data[a + start:a + stop]):
+                    add("callstack id" if f[0] == 1 else "time (us)", f[4] - inner)
+                    n += f[0] == 1
+                    inner = f[4]
+        total += size
+    add("packets (framing, sequence, thread descriptors)", total - sum(by_field.values()))
+    return n, total, by_field
+
+
+def sample_bytes(path: str) -> tuple[int, int, dict[str, int]]:
+    """Samples, their bytes (with their packets' tags and lengths in the Trace), and those bytes by field."""
+    data = memoryview(open(path, "rb").read())
+    spans = list(trace_file.packet_spans(data))
+    got = stream_bytes(data, spans)
+    if got[0]:
+        return got
+    n = total = 0
+    by_field: dict[str, int] = {}
+
+    def add(name, k):
+        by_field[name] = by_field.get(name, 0) + k
+    for a, b in spans:
         fields = list(trace_file.iter_fields(data[a:b]))
         if not any(f[0] == PKT_PERF_SAMPLE for f in fields):
             continue
@@ -91,7 +126,7 @@ def sample_bytes(path: str) -> tuple[int, int, dict[str, int]]:
 
 def report(n: int, total: int, by_field: dict[str, int]) -> str:
     parts = ", ".join(f"{k} {v / max(n, 1):.2f}" for k, v in by_field.items())
-    return f"{n:,} PerfSample packets, {total / max(n, 1):.2f} bytes each ({parts})"
+    return f"{n:,} samples, {total / max(n, 1):.2f} bytes each ({parts})"
 
 
 def ev_varint(v: int) -> bytes:

@@ -4,7 +4,7 @@ tests/pystack_workers.py spin: the main thread spins in spin_outer() ->
 spin_middle() -> spin_inner() while a second thread spins in side_spin(),
 each for a set amount of its own CPU time.  A per-CPU perf_event timer
 samples whichever recorded thread runs: each thread gets about hz samples
-per second of its CPU time, with its own stack, as PerfSample packets.
+per second of its CPU time, with its own stack, as StreamingProfilePacket samples.
 """
 import json
 import os
@@ -37,8 +37,10 @@ def record(tmp_path, *extra):
 
 def sample_stacks(tp, tid: int) -> list[list[str]]:
     """Each sample of thread tid: its frame names, innermost first."""
-    rows = tp.query(f"""select ps.callsite_id from perf_sample ps join thread using (utid)
-                        where thread.tid = {tid} order by ps.ts""").rows
+    # timer samples: cpu_profile_stack_sample; with sampling off, the stacks at waits: perf_sample
+    rows = tp.query(f"""select ps.callsite_id from (select ts, utid, callsite_id from cpu_profile_stack_sample
+                                                     union all select ts, utid, callsite_id from perf_sample) ps
+                        join thread using (utid) where thread.tid = {tid} order by ps.ts""").rows
     frames = dict(tp.query("""select c.id, f.name || char(1) || coalesce(c.parent_id, -1)
                                from stack_profile_callsite c join stack_profile_frame f on f.id = c.frame_id""").rows)
     out = []

@@ -103,9 +103,9 @@ def test_flame_graph_and_sync_stack_in_the_ui(demo, tmp_path):
         browser.call("Page.navigate", url=v.url)
         # v52 selects the process's callstacks on load: the flame graph of its
         # samples (drawn on a canvas: look at the screenshot)
-        txt = browser.wait_for_text(["Perf Sample Flamegraph", "Callstacks"], 90)
+        txt = browser.wait_for_text(["CPU Profile Sample Flamegraph", "CPU Stack Samples"], 90)
         time.sleep(1.5)
-        assert "Area Selection" in txt and "Perf Sample Flamegraph" in txt, txt[-3000:]
+        assert "Area Selection" in txt and "CPU Profile Sample Flamegraph" in txt, txt[-3000:]
         shoot(browser, tmp_path, "python-stacks-flamegraph.png")
 
         # find a synchronization: its details carry the Python stack it was called from

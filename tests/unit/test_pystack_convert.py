@@ -5,7 +5,8 @@ out as the recorder writes them, read back through trace_processor.
   family's slice of that call (same thread, same function, nearest entry),
   and only there;
 - waits become `wait` slices with their stack;
-- samples become PerfSamples resolving to the frames the recorder named;
+- CPU samples become cpu_profile_stack_samples (stacks at calls and waits,
+  with sampling off, PerfSamples) resolving to the frames the recorder named;
 - a malformed META (the raw log is input) costs its contents, never the conversion.
 """
 import numpy as np
@@ -97,17 +98,20 @@ def test_stack_on_the_call_slice_and_wait_slices(tmp_path):
         assert n == 3
 
 
-def test_cpu_samples_are_the_perf_samples_when_sampling_was_on(tmp_path):
+def test_cpu_samples_are_the_cpu_profile_samples_when_sampling_was_on(tmp_path):
     raw = write_log(tmp_path / "b.tlraw", sample_hz=99, samples=500)
     out = str(tmp_path / "b.pftrace")
     convert(raw, out)
     with open_trace(out) as tp:
-        rows = tp.query("""select count(*), count(distinct callsite_id) from perf_sample ps join thread using (utid)
-                           where thread.tid = 1000""").rows
+        rows = tp.query("""select count(*), count(distinct callsite_id) from cpu_profile_stack_sample ps
+                           join thread using (utid) where thread.tid = 1000""").rows
         assert rows == [(500, 1)]
-        leaf = tp.query("""select f.name from perf_sample ps join stack_profile_callsite c on c.id = ps.callsite_id
+        leaf = tp.query("""select f.name from cpu_profile_stack_sample ps
+                           join stack_profile_callsite c on c.id = ps.callsite_id
                            join stack_profile_frame f on f.id = c.frame_id limit 1""").rows
         assert leaf == [("inner (train.py:12)",)]
+        # the stacks at calls and waits are not samples then
+        assert tp.query("select count(*) from perf_sample").rows == [(0,)]
     json_out = str(tmp_path / "b.json")
     convert(raw, json_out)  # Chrome JSON: the args and slices; samples are instants; stacks in stackFrames
     with open_trace(json_out) as tp:

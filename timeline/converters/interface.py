@@ -215,16 +215,18 @@ class TrackSink:
         """Many values of counter `name` under `group`."""
         raise NotImplementedError
 
-    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None) -> None:
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False) -> None:
         """Call stack samples: sample i taken at ts[i] on thread tid[i] of
         process pid[i] (integer arrays) in callstacks[stack[i]], a sequence of
         indices into `frames` (innermost first); a frame is (function, file,
         line); lower indices are the stacks sampled more often (a sink may
         number them so: Perfetto's callstack iids, 1 byte under 128).
         label(callstack index): the stack as a short text, for formats
-        that show it as an argument.  Perfetto: PerfSample packets (per-thread
-        sample tracks, flame graphs); Chrome JSON: instant events with `sf`;
-        a format without stacks drops them."""
+        that show it as an argument.  timer: the samples come from a
+        sampling timer (their times need not be exact to the nanosecond).
+        Perfetto: StreamingProfilePacket runs for timer samples, else
+        PerfSample packets (per-thread sample tracks, flame graphs); Chrome
+        JSON: instant events with `sf`; a format without stacks drops them."""
 
     def finish(self) -> None:
         pass

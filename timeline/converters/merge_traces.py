@@ -253,6 +253,9 @@ def _rewrite_fields(pkt: pb.TracePacket, i: int, shift: int, clock_shift: int | 
         pkt.trusted_packet_sequence_id = i * SEQ_STRIDE + pkt.trusted_packet_sequence_id
     if pkt.HasField("timestamp"):
         pkt.timestamp += shift
+    if pkt.HasField("thread_descriptor") and pkt.thread_descriptor.HasField("reference_timestamp_us"):
+        # a sample sequence's time, on MONOTONIC (moved with BOOTTIME in the clock snapshots below)
+        pkt.thread_descriptor.reference_timestamp_us += (shift if clock_shift is None else clock_shift) // 1000
     if pkt.HasField("clock_snapshot"):
         for c in pkt.clock_snapshot.clocks:
             # REALTIME is the common ground; the others move with BOOTTIME, a sequence's own relative to it

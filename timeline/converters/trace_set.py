@@ -349,14 +349,14 @@ class SplitSink(TrackSink):
             self._note(j)
             write(j, np.array([t], np.int64), np.array([value]))
 
-    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None):
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False):
         ts = np.asarray(ts)
         k = self.chunk_of(ts)
         for c in np.unique(k).tolist():
             r = np.flatnonzero(k == c)
             self._note(c, r.size)
             self.sinks[c].stack_samples(ts[r], np.asarray(tid)[r], np.asarray(pid)[r], np.asarray(stack)[r],
-                                        callstacks, frames, label=label)
+                                        callstacks, frames, label=label, timer=timer)
 
     def finish(self) -> None:
         for last in self._last.values():

@@ -240,7 +240,9 @@ def _python(tp, steps: Steps) -> tuple[dict[str, int], Optional[str]]:
     waits by the innermost frame of their `py` stack."""
     lo, hi = int(steps.starts.min()), int(steps.ends.max())
     rows = _rows(tp, f"""
-        select f.name, count(*) from perf_sample ps join thread t using (utid)
+        select f.name, count(*) from (select ts, utid, callsite_id from perf_sample union all
+                                      select ts, utid, callsite_id from cpu_profile_stack_sample) ps
+          join thread t using (utid)
           join stack_profile_callsite c on c.id = ps.callsite_id join stack_profile_frame f on f.id = c.frame_id
         where t.tid = (select tid from tl_main_thread) and ps.ts >= {lo} and ps.ts < {hi}
         group by f.name""")

@@ -266,7 +266,8 @@ def _samples(tp, lo, hi, thread, limit) -> dict:
     """The thread's stack samples in the window, by function."""
     tp.query(f"""
         create or replace perfetto table _tl_mcp_py as
-        select ps.id, ps.callsite_id from perf_sample ps
+        select ps.id, ps.callsite_id from (select id * 2 as id, ts, utid, callsite_id from perf_sample union all
+                                           select id * 2 + 1, ts, utid, callsite_id from cpu_profile_stack_sample) ps
         where ps.utid = {int(thread['utid'])} and ps.callsite_id is not null and ps.ts >= {lo} and ps.ts < {hi}""")
     n = _one(tp, "select count(*) as n from _tl_mcp_py")["n"]
     # a frame is "function (file:line)": a function is its name and file, and counts once per sample

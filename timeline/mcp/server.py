@@ -132,7 +132,7 @@ def build_server(allowed: AllowedDirs, engine: str = "auto", tp_bin: Optional[st
     @tool
     def sql(trace: str, query: str, max_rows: int = 1000, timeout_s: float = SQL_TIMEOUT_S) -> dict[str, Any]:
         """Run read-only PerfettoSQL on a trace (trace_processor: tables slice, thread, process,
-        thread_state, sched, counter, track, args, perf_sample ...; INCLUDE PERFETTO MODULE for the
+        thread_state, sched, counter, track, args, cpu_profile_stack_sample, perf_sample ...; INCLUDE PERFETTO MODULE for the
         standard library). Only queries: SELECT / WITH / VALUES / INCLUDE PERFETTO MODULE; anything
         that writes is refused. Several statements may be given; the last one's rows come back,
         at most max_rows (<= 10000; truncated says if there were more), and the query is stopped

@@ -9,10 +9,10 @@ time) and waits.  Pass 2 writes:
 - the same arg on the CUDA call slices the cuda family writes (syncs, and
   the launches that had theirs taken), joined by thread, function and entry
   time (slice_args, converters/slice_args.py);
-- the CPU samples (--py-sample-hz) as stack samples (TrackSink.stack_samples:
-  Perfetto PerfSample packets with interned frames and callstacks: per-thread
-  sample tracks, a flame graph for an area); with sampling off, the stacks
-  taken at calls and waits instead.
+- the CPU samples (--py-sample-hz) as timer stack samples (TrackSink.stack_samples:
+  Perfetto StreamingProfilePacket runs with interned frames and callstacks:
+  per-thread sample tracks, a flame graph for an area); with sampling off, the
+  stacks taken at calls and waits instead (PerfSample packets, exact times).
 The `py` columns carry the frames of each stack too (Column.stacks): the
 Chrome JSON sink points the slices at them (`sf`).
 """
@@ -256,7 +256,7 @@ class PyStackConverter(FamilyConverter):
         if known.size and self.callstacks:
             # field by field: no copy of the 40-byte records
             sink.stack_samples(recs["ts"][known], recs["tid"][known], recs["tgid"][known], stacks[known],
-                               self.callstacks, self.frames, label=self._text)
+                               self.callstacks, self.frames, label=self._text, timer=bool(self.sample_hz))
 
     def slice_args(self, ts, dur, tid, name) -> list:
         """`py` on the CUDA call slices whose stack was taken at their entry:

@@ -1,15 +1,21 @@
 -- Where the main thread's CPU time goes, in Python: its CPU samples (the
--- pystack family's PerfSamples, --py-sample-hz) in the steady state, by
+-- pystack family's timer samples, --py-sample-hz: cpu_profile_stack_sample;
+-- perf_sample in traces of older versions) in the steady state, by
 -- function.  A frame is named "function (file:line)"; a function is its
 -- name and file, its hottest line the line most of its self samples hit.
 -- self: samples in the function itself; total: samples with it anywhere on
 -- the stack (counted once per sample, however deep the recursion).
+create or replace perfetto table _tl_ph_all as
+select id * 2 as id, ts, utid, callsite_id from perf_sample
+union all
+select id * 2 + 1, ts, utid, callsite_id from cpu_profile_stack_sample;
+
 create or replace perfetto table _tl_ph_s as
-select ps.id, ps.callsite_id from perf_sample ps join thread t using (utid)
+select ps.id, ps.callsite_id from _tl_ph_all ps join thread t using (utid)
 where t.tid = (select tid from tl_main_thread)
   and ps.callsite_id is not null
   and ps.ts >= coalesce((select ts from tl_steady), 0)
-  and ps.ts <= coalesce((select end_ts from tl_steady), (select max(ts) from perf_sample));
+  and ps.ts <= coalesce((select end_ts from tl_steady), (select max(ts) from _tl_ph_all));
 
 create or replace perfetto table _tl_ph_frames as
 select s.id as sid, 1 as leaf, f.name from _tl_ph_s s

@@ -126,7 +126,7 @@ class ChromeTrackSink(TrackSink):
                 enc[i] = b',"sf":%d' % sid
         return table(enc)
 
-    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None):
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False):
         n = len(ts)
         if n == 0:
             return

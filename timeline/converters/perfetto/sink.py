@@ -83,6 +83,8 @@ class PerfettoTrackSink(TrackSink):
         self._pending = bytearray()  # interned_data entries for the next packet
         self._hex_iids: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # arg key -> (sorted values, iids)
         self._stacks = None  # stacks.StackSamples, on the first stack_samples
+        self._thread_stacks = None  # stacks.ThreadStackSamples, on the first timer samples
+        self.mono_offset_ns = None  # BOOTTIME - MONOTONIC of the recording, where its header says
 
     # -- packets
     def _emit(self, ts: int | None, body: bytes) -> None:
@@ -450,11 +452,22 @@ class PerfettoTrackSink(TrackSink):
         self._flush_pending()
         self._write_framed(b"".join(out))
 
-    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None):
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False):
+        if timer and self.mono_offset_ns is not None:
+            if self._thread_stacks is None:
+                from .stacks import ThreadStackSamples
+                self._thread_stacks = ThreadStackSamples(self._write, self.mono_offset_ns)
+            if self._thread_stacks.has_room(len(np.unique(np.asarray(tid)))):
+                self._thread_stacks.write(ts, tid, pid, stack, callstacks, frames)
+                return
         if self._stacks is None:
             from .stacks import StackSamples
             self._stacks = StackSamples(self._write, self._write_framed)
         self._stacks.write(ts, tid, pid, stack, callstacks, frames)
+
+    def finish(self) -> None:
+        if self._thread_stacks is not None:
+            self._thread_stacks.finish()
 
     def counters(self, name, ts, values, pid=None):
         n = len(ts)

@@ -1,26 +1,30 @@
-"""Call stack samples as Perfetto PerfSample packets (TracePacket field 66).
+"""Call stack samples in Perfetto traces: interned frames and callstacks, and two packet kinds.
 
-Frames, function names, source paths and callstacks are interned on a
-packet sequence of their own (InternedData fields 5, 18, 6, 7; one
-Mapping, 19, that every frame names, since trace_processor resolves a
-frame's mapping); a sample is then a timestamp, pid, tid and callstack id.
-Timestamps are deltas in nanoseconds on an incremental clock of the
-sequence (ClockSnapshot: clock 64, is_incremental, anchored to BOOTTIME;
-TracePacketDefaults.timestamp_clock_id makes it every packet's clock), so
-a sample 10 ms after the last costs 4 bytes of time, not 7, and keeps the
-exact time of the call or wait it was taken at (a query joins them on it);
-only the first packet carries sequence flags.  A callstack's iid is the
-caller's index plus one (the caller numbers its stacks most sampled first:
-1 byte for most samples).  A repeated stack: 16 bytes plus the pid's and
-tid's varints (2 bytes under 16384, 3 under 2^21, else 4), 20-24; the least v52
-attributes right: without the pid a sample lands on a new thread of pid 0,
-without the sequence id its stack and clock do not resolve
-(docs/python-stacks.md).  trace_processor (v52 and later)
-fills perf_sample / stack_profile_callsite / stack_profile_frame; the UI
-shows per-thread sample tracks and a flame graph for an area selection.
-Frame.source_path_iid and line_number (fields 5, 6) are newer than v52:
-the line is also in the frame's name, "function (file:line)", so every
-version shows it.
+Frames, function names, source paths and callstacks are interned on the
+samples' packet sequence (InternedData fields 5, 18, 6, 7; one Mapping, 19,
+that every frame names, since trace_processor resolves a frame's mapping).
+A callstack's iid is the caller's index plus one (the caller numbers its
+stacks most sampled first: 1 byte for most samples).  Frame names are
+"function (file:line)": Frame.source_path_iid and line_number (fields 5, 6)
+are newer than v52, so the line is in the name too and every version shows it.
+
+- Timer samples (ThreadStackSamples): StreamingProfilePacket runs (TracePacket
+  field 54) on one sequence per thread, named once by a ThreadDescriptor
+  (field 44: pid, tid, reference time).  A sample is its callstack iid and its
+  time since the thread's last one in microseconds of CLOCK_MONOTONIC (which
+  the trace's ClockSnapshots relate to BOOTTIME): 5 bytes at 99 Hz.
+  trace_processor (v52 and later) fills cpu_profile_stack_sample; the UI draws a
+  "CPU Stack Samples" track per thread and a flame graph for an area.
+- Stacks at calls and waits when nothing else samples, and recordings whose
+  header has no MONOTONIC reading (StackSamples): PerfSample packets (field 66)
+  on one sequence, a timestamp delta in nanoseconds on an incremental clock of
+  the sequence (ClockSnapshot: clock 64, anchored to BOOTTIME;
+  TracePacketDefaults.timestamp_clock_id makes it every packet's clock), so a
+  stack keeps the exact time of its call or wait.  A repeated one: 16 bytes
+  plus the pid's and tid's varints, 20-24; the least v52 attributes right:
+  without the pid a sample lands on a new thread of pid 0, without the
+  sequence id its stack and clock do not resolve (docs/python-stacks.md).
+  trace_processor fills perf_sample.
 """
 from __future__ import annotations
 
@@ -51,17 +55,14 @@ MAPPING_IID = 1
 MAPPING_NAME = "python"
 
 
-class StackSamples:
-    """Interning state of the stack sequence, and the packets of samples."""
+class Interner:
+    """The interned names, frames and callstacks of one packet sequence."""
 
-    def __init__(self, write_raw, write_framed=None):
-        self._write, self._write_framed = write_raw, write_framed
+    def __init__(self):
         self._strings: dict[int, dict[str, int]] = {I_FUNCTION_NAMES: {}, I_SOURCE_PATHS: {}, I_MAPPING_PATHS: {}}
         self._frames: dict[tuple, int] = {}
         self._stacks: dict[tuple, int] = {}
-        self._first = True
-        self._tail = f_varint(PKT_SEQUENCE_ID, SEQ_ID_STACKS)
-        self._clock: int | None = None  # the incremental clock's value after the last sample written
+        self._mapped = False
 
     def _string(self, field: int, s: str, out: bytearray) -> int:
         table = self._strings[field]
@@ -99,20 +100,37 @@ class StackSamples:
                          + b"".join(f_varint(_C.FRAME_IDS_FIELD_NUMBER, f) for f in frame_ids[::-1]))
         return iid
 
+    def intern(self, stack: np.ndarray, callstacks, frames, out: bytearray) -> np.ndarray:
+        """The callstack iids of `stack` (caller's stack indices), interning what is new into `out`."""
+        if not self._mapped:
+            path = self._string(I_MAPPING_PATHS, MAPPING_NAME, out)
+            out += f_len(I_MAPPINGS, f_varint(_M.IID_FIELD_NUMBER, MAPPING_IID)
+                         + f_varint(_M.PATH_STRING_IDS_FIELD_NUMBER, path))
+            self._mapped = True
+        used = np.unique(stack)
+        iids = np.zeros(int(used.max()) + 1, np.int64)
+        for s in used.tolist():
+            ids = tuple(self._frame(tuple(frames[i]), out) for i in callstacks[s])
+            iids[s] = self._callstack(s, ids, out)
+        return iids
+
+
+class StackSamples:
+    """PerfSample packets on one sequence: every thread's samples at their exact times."""
+
+    def __init__(self, write_raw, write_framed=None):
+        self._write, self._write_framed = write_raw, write_framed
+        self._names = Interner()
+        self._first = True
+        self._tail = f_varint(PKT_SEQUENCE_ID, SEQ_ID_STACKS)
+        self._clock: int | None = None  # the incremental clock's value after the last sample written
+
     def write(self, ts, tid, pid, stack, callstacks, frames) -> None:
         ts, tid, pid, stack = (np.asarray(a).astype(np.int64, copy=False) for a in (ts, tid, pid, stack))
         if not ts.size:
             return
         interned = bytearray()
-        if self._first:
-            path = self._string(I_MAPPING_PATHS, MAPPING_NAME, interned)
-            interned += f_len(I_MAPPINGS, f_varint(_M.IID_FIELD_NUMBER, MAPPING_IID)
-                              + f_varint(_M.PATH_STRING_IDS_FIELD_NUMBER, path))
-        used = np.unique(stack)
-        iids = np.zeros(int(used.max()) + 1, np.int64)
-        for s in used.tolist():
-            ids = tuple(self._frame(tuple(frames[i]), interned) for i in callstacks[s])
-            iids[s] = self._callstack(s, ids, interned)
+        iids = self._names.intern(stack, callstacks, frames, interned)
         head = f_len(PKT_INTERNED_DATA, bytes(interned)) if interned else b""
         flags = SEQ_CLEARED if self._first else SEQ_NEEDS_STATE
         if self._first:  # every packet of the sequence is timed on the incremental clock
@@ -150,3 +168,100 @@ class StackSamples:
                 b = (f_varint(_S.PID_FIELD_NUMBER, p) + f_varint(_S.TID_FIELD_NUMBER, th)
                      + f_varint(_S.CALLSTACK_IID_FIELD_NUMBER, s))
                 self._write(f_varint(PKT_TIMESTAMP, t) + f_len(PKT_PERF_SAMPLE, b) + self._tail)
+
+
+SEQ_ID_THREAD_SAMPLES = 1024   # the first per-thread sample sequence (merge: ids stay below 65536)
+MAX_THREAD_SEQUENCES = 60000
+_TD, _SP = pb.ThreadDescriptor, pb.StreamingProfilePacket
+PKT_THREAD_DESCRIPTOR = pb.TracePacket.THREAD_DESCRIPTOR_FIELD_NUMBER
+PKT_STREAMING_PROFILE = pb.TracePacket.STREAMING_PROFILE_PACKET_FIELD_NUMBER
+
+
+class _ThreadSequence:
+    def __init__(self, seq_id: int):
+        self.tail = f_varint(PKT_SEQUENCE_ID, seq_id)
+        self.names = Interner()
+        self.clock_us: int | None = None  # the sequence's time after the last sample written (MONOTONIC us)
+        self.last_us = 0                  # the last sample's time, written or waiting
+        self.iids: list[np.ndarray] = []  # samples waiting for a packet
+        self.times: list[np.ndarray] = []
+        self.waiting = 0
+
+
+class ThreadStackSamples:
+    """Timer samples as StreamingProfilePacket runs, one packet sequence per thread.
+
+    A sample costs its callstack iid and its time since the thread's last
+    sample in microseconds (two fields: 5-6 bytes for a repeated stack at
+    99 Hz, against 20-24 for a PerfSample, which repeats its pid, tid,
+    sequence id and framing every time).  The thread is named once, by the
+    sequence's ThreadDescriptor (pid, tid, reference time), and a packet
+    carries up to PACKET_SAMPLES samples.  trace_processor fills
+    cpu_profile_stack_sample from them, converting the sequence's time from
+    CLOCK_MONOTONIC (the header's BOOTTIME - MONOTONIC gives it).  Microseconds
+    are plenty for a 10 ms timer; the stacks taken at calls and waits keep
+    PerfSample packets and their exact nanoseconds."""
+
+    PACKET_SAMPLES = 1024
+
+    def __init__(self, write_raw, mono_offset_ns: int):
+        self._write = write_raw
+        self._off = int(mono_offset_ns)  # BOOTTIME - MONOTONIC
+        self._seqs: dict[tuple[int, int], _ThreadSequence] = {}
+
+    def has_room(self, n_threads: int) -> bool:
+        return len(self._seqs) + n_threads <= MAX_THREAD_SEQUENCES
+
+    def write(self, ts, tid, pid, stack, callstacks, frames) -> None:
+        ts, tid, pid, stack = (np.asarray(a).astype(np.int64, copy=False) for a in (ts, tid, pid, stack))
+        if not ts.size:
+            return
+        order = np.lexsort((ts, tid, pid))
+        ts, tid, pid, stack = ts[order], tid[order], pid[order], stack[order]
+        us = (ts - self._off) // 1000
+        cut = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
+        for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), ts.size]):
+            key_ = (int(pid[lo]), int(tid[lo]))
+            seq = self._seqs.get(key_)
+            if seq is None:
+                seq = self._seqs[key_] = _ThreadSequence(SEQ_ID_THREAD_SAMPLES + len(self._seqs))
+            interned = bytearray()
+            iids = seq.names.intern(stack[lo:hi], callstacks, frames, interned)
+            t = us[lo:hi]
+            head = f_len(PKT_INTERNED_DATA, bytes(interned)) if interned else b""
+            if seq.clock_us is None or t[0] < seq.last_us:  # (re)start the sequence's time here
+                self._flush(seq)
+                flags = SEQ_CLEARED if seq.clock_us is None else SEQ_NEEDS_STATE
+                seq.clock_us = int(t[0])
+                head += f_len(PKT_THREAD_DESCRIPTOR, f_varint(_TD.PID_FIELD_NUMBER, key_[0])
+                              + f_varint(_TD.TID_FIELD_NUMBER, key_[1])
+                              + f_varint(_TD.REFERENCE_TIMESTAMP_US_FIELD_NUMBER, seq.clock_us))
+                self._write(head + seq.tail + f_varint(PKT_SEQUENCE_FLAGS, flags))
+            elif head:  # names before the samples that use them
+                self._write(head + seq.tail + f_varint(PKT_SEQUENCE_FLAGS, SEQ_NEEDS_STATE))
+            seq.iids.append(iids[stack[lo:hi]])
+            seq.times.append(t)
+            seq.waiting += t.size
+            seq.last_us = int(t[-1])
+            if seq.waiting >= self.PACKET_SAMPLES:
+                self._flush(seq)
+
+    def _flush(self, seq: _ThreadSequence) -> None:
+        if not seq.waiting:
+            return
+        iids, t = np.concatenate(seq.iids), np.concatenate(seq.times)
+        seq.iids, seq.times, seq.waiting = [], [], 0
+        delta = np.diff(t, prepend=seq.clock_us)
+        seq.clock_us = int(t[-1])
+        tail = seq.tail + f_varint(PKT_SEQUENCE_FLAGS, SEQ_NEEDS_STATE)
+        for lo in range(0, t.size, self.PACKET_SAMPLES):  # packets of a few KiB, however long the batch
+            hi = min(lo + self.PACKET_SAMPLES, t.size)
+            # one field per value: both are unpacked proto2 repeated fields, which pbzero
+            # reads a packed run of as one bad value
+            body = (Rows(hi - lo).const(key(_SP.CALLSTACK_IID_FIELD_NUMBER, VARINT)).varint(iids[lo:hi])
+                    .const(key(_SP.TIMESTAMP_DELTA_US_FIELD_NUMBER, VARINT)).varint(delta[lo:hi]).build())
+            self._write(f_len(PKT_STREAMING_PROFILE, body) + tail)
+
+    def finish(self) -> None:
+        for seq in self._seqs.values():
+            self._flush(seq)

@@ -89,6 +89,9 @@ class PerfettoWriter:
         # Families (CUDA, I/O, counters...) write TrackEvents through this.
         self.sink = PerfettoTrackSink(self._raw_packet, model.thread_tgid, write_framed=self._framed,
                                       lifetime=model.lifetime)
+        clock = model.header.get("clock") or {}
+        if isinstance(clock.get("boottime_ns"), int) and isinstance(clock.get("monotonic_ns"), int):
+            self.sink.mono_offset_ns = clock["boottime_ns"] - clock["monotonic_ns"]
 
     # -- framing
     def _raw_packet(self, body: bytes) -> None:
@@ -358,6 +361,7 @@ class PerfettoWriter:
 
     # -- end
     def finish(self) -> None:
+        self.sink.finish()  # what the families' writes left waiting
         m = self.m
         w = self.window
         end = m.end_ts() if w is None or w.index == w.count - 1 else w.end
