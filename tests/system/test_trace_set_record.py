@@ -57,11 +57,15 @@ def test_every_chunk_loads_and_names_the_workers(recorded):
         ref = {tid: (name, d) for tid, name, n, d in tp.query(RUNNING.format(pid=pid)).rows}
         lives = tp.query(f"select t.name, t.start_ts, t.end_ts from thread t join process p using (upid) "
                          f"where p.pid = {pid}").rows
+        p_end = tp.query(f"select end_ts from process where pid = {pid}").rows[0][0]
     assert sorted(n for n, _ in ref.values() if n.startswith("worker")) == ["worker-0", "worker-1"]
     total = Counter()
     for c in chunks:
         with open_trace(str(recorded / "run.tlset" / c["file"])) as tp:
-            assert tp.query("select count(*) from process where pid = ?".replace("?", str(pid))).rows[0][0] == 1
+            # named in every chunk it is alive in (on a loaded machine the recording may go on
+            # for a chunk after the process exited)
+            n = tp.query(f"select count(*) from process where pid = {pid}").rows[0][0]
+            assert n == 1 if p_end is None or c["start_ns"] < p_end else n <= 1, (c, p_end)
             names = dict(tp.query(f"select t.tid, t.name from thread t join process p using (upid) "
                                   f"where p.pid = {pid}").rows)
             # each thread alive during the chunk, with its name (the chunk names it at its start)
