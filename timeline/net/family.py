@@ -11,21 +11,34 @@ from ..family import MIB, CheckData, Family, Ring, option
 from . import kernel_supported, records
 
 
+# --net-recv-min-ms bounds: below 0.1 ms nearly every receive would be a record
+MIN_RECV_MS, MAX_RECV_MS = 0.1, 3_600_000.0
+
+
+def recv_min_ok(ms: float) -> bool:
+    """Finite and within the bounds (nan fails)."""
+    return MIN_RECV_MS <= ms <= MAX_RECV_MS
+
+
 @dataclass(frozen=True)
 class NetOptions:
     net_softirq: bool = option(False, "--net-softirq", is_flag=True,
                                help="net family: also NET_RX/NET_TX softirq time per CPU (a probe on every "
                                     "softirq of the machine, most of the family's cost; off by default).")
+    net_recv_min_ms: float = option(1.0, "--net-recv-min-ms", type=float, metavar="MS",
+                                    help="net family: a recv()/recvmsg() that blocked at least this long is a "
+                                         f"'recv blocked' slice (at least {MIN_RECV_MS:g}; default 1).")
 
 NET = Family(
     name="net",
-    help="socket bytes/calls per thread and connection (10 ms buckets), TCP retransmits, state changes "
-         "and RTT of the recorded threads' connections; NET_RX/NET_TX softirq time per CPU with --net-softirq "
+    help="socket bytes/calls per thread and connection (10 ms buckets), receives that blocked, TCP "
+         "retransmits, state changes and RTT of the recorded threads' connections; NET_RX/NET_TX softirq time per CPU with --net-softirq "
          "(Linux >= 6.3)",
     rings=(Ring(records.RING_NET, records.NET_EVENT, "tl_net_event", records.NetKind, "net_ring", MIB,
                 header="net/records.h"),),
     bpf_object="net.bpf.o",
-    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_state"),
+    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_state", "tl_net_recvfrom",
+              "tl_net_recvmsg"),
     # the softirq accounting, attached by the plugin with --net-softirq only
     plugin_programs=("tl_net_softirq_entry", "tl_net_softirq_exit"),
     options=NetOptions,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import events, libbpf
+from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from . import records
+from .family import MIN_RECV_MS, recv_min_ok
 
 
 def _open(rows: np.ndarray) -> np.ndarray:
@@ -23,6 +25,21 @@ def _open(rows: np.ndarray) -> np.ndarray:
 
 class NetPlugin(RecorderPlugin):
     family = "net"
+
+    @property
+    def recv_min_ms(self) -> float:
+        return self.options.net_recv_min_ms if self.options is not None else 1.0
+
+    def preflight(self) -> None:
+        if not recv_min_ok(self.recv_min_ms):
+            raise UserError(f"--net-recv-min-ms {self.recv_min_ms:g}: give a finite number of milliseconds, "
+                            f"at least {MIN_RECV_MS:g}")
+
+    def header(self) -> dict:
+        return {"net_recv_min_ms": float(self.recv_min_ms)}
+
+    def rodata(self) -> dict[str, int]:
+        return {"recv_min_ns": round(self.recv_min_ms * 1e6)}
 
     def before_launch(self, ctx) -> None:
         obj = ctx.session.objects.get("net")
