@@ -16,8 +16,8 @@ MIN_RECV_MS, MAX_RECV_MS = 0.1, 3_600_000.0
 
 
 def recv_min_ok(ms: float) -> bool:
-    """Finite and within the bounds (nan fails)."""
-    return MIN_RECV_MS <= ms <= MAX_RECV_MS
+    """0 (off), or finite and within the bounds (nan fails)."""
+    return ms == 0 or MIN_RECV_MS <= ms <= MAX_RECV_MS
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class NetOptions:
                                     "softirq of the machine, most of the family's cost; off by default).")
     net_recv_min_ms: float = option(1.0, "--net-recv-min-ms", type=float, metavar="MS",
                                     help="net family: a recv()/recvmsg() that blocked at least this long is a "
-                                         f"'recv blocked' slice (at least {MIN_RECV_MS:g}; default 1).")
+                                         f"'recv blocked' slice (at least {MIN_RECV_MS:g}; default 1); 0 turns "
+                                         "the receive-syscall probes off.")
 
 NET = Family(
     name="net",
@@ -37,10 +38,10 @@ NET = Family(
     rings=(Ring(records.RING_NET, records.NET_EVENT, "tl_net_event", records.NetKind, "net_ring", MIB,
                 header="net/records.h"),),
     bpf_object="net.bpf.o",
-    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_state", "tl_net_recvfrom",
-              "tl_net_recvmsg"),
-    # the softirq accounting, attached by the plugin with --net-softirq only
-    plugin_programs=("tl_net_softirq_entry", "tl_net_softirq_exit"),
+    programs=("tl_net_send", "tl_net_recv", "tl_net_retransmit", "tl_net_state"),
+    # attached by the plugin: the softirq accounting with --net-softirq only, the
+    # receive-syscall entries unless --net-recv-min-ms 0
+    plugin_programs=("tl_net_softirq_entry", "tl_net_softirq_exit", "tl_net_recvfrom", "tl_net_recvmsg"),
     options=NetOptions,
     requires="Linux >= 6.3 (sock_send_length/sock_recv_length tracepoints, BTF tracepoints)",
     supported=kernel_supported,

@@ -38,6 +38,7 @@ const volatile struct tl_net_event tl_net_event_layout = {};
 #define AF_INET 2
 #define AF_INET6 10
 #define MSG_PEEK 2
+#define MSG_DONTWAIT 0x40
 #define EAGAIN 11
 #define NET_TX_VEC 2
 #define NR_RECVFROM 45  /* x86-64 syscall numbers: recv() is recvfrom() there */
@@ -384,34 +385,42 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 }
 
 /* The start of a receive syscall of a tracked thread.  These tracepoints fire
- * for every recvfrom/recvmsg on the machine: others stop at the tracked
- * lookup.  recvmmsg (several messages per call, each its own wait) and read()
+ * for every recvfrom/recvmsg on the machine: a thread that has its entry
+ * already (it was tracked at an earlier receive) finds it through the task,
+ * others stop at the tracked lookup.  MSG_DONTWAIT calls cannot block: no
+ * entry.  recvmmsg (several messages per call, each its own wait) and read()
  * on a socket (not how Gloo or NCCL receive) are left out. */
-static __always_inline int recv_enter(long nr)
+static __always_inline int recv_enter(long nr, __u64 flags)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-
-	if (!tl_is_tracked(tid))
+	if (flags & MSG_DONTWAIT)
 		return 0;
-	struct net_recv_entry *r = bpf_task_storage_get(&net_recv_entries, bpf_get_current_task_btf(), NULL,
-							 BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (r) {
-		r->ts = bpf_ktime_get_boot_ns();
-		r->nr = nr;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct net_recv_entry *r = NULL;
+
+	if (task->bpf_storage)  /* most threads on the machine have no BPF storage at all: no helper call */
+		r = bpf_task_storage_get(&net_recv_entries, task, NULL, 0);
+	if (!r) {
+		if (!tl_is_tracked((__u32)bpf_get_current_pid_tgid()))
+			return 0;
+		r = bpf_task_storage_get(&net_recv_entries, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!r)
+			return 0;
 	}
+	r->ts = bpf_ktime_get_boot_ns();
+	r->nr = nr;
 	return 0;
 }
 
 SEC("tp/syscalls/sys_enter_recvfrom")
 int tl_net_recvfrom(struct trace_event_raw_sys_enter *ctx)
 {
-	return recv_enter(ctx->id);
+	return recv_enter(ctx->id, ctx->args[3]);  /* fd, buf, len, flags, addr, addrlen */
 }
 
 SEC("tp/syscalls/sys_enter_recvmsg")
 int tl_net_recvmsg(struct trace_event_raw_sys_enter *ctx)
 {
-	return recv_enter(ctx->id);
+	return recv_enter(ctx->id, ctx->args[2]);  /* fd, msg, flags */
 }
 
 SEC("tp_btf/sock_send_length")
