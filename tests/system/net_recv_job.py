@@ -2,7 +2,7 @@
 
     python net_recv_job.py
 
-Each case runs on its own thread, one after the other, against a peer thread
+Each case runs on its own thread (named recv-<case>), one after the other, against a peer thread
 of this process; prints one JSON line: case -> {tid, local, peer, bytes,
 calls: [seconds each recv() took, measured around it]}.  A peer waits until
 the receiver is inside recvfrom (its /proc/self/task/<tid>/syscall says 45,
@@ -58,6 +58,8 @@ def run_case(name: str, out: dict) -> None:
 
     def receiver():
         info["tid"] = threading.get_native_id()
+        with open(f"/proc/self/task/{info['tid']}/comm", "w") as f:  # the thread's name in the trace
+            f.write(f"recv-{name}")
         ready.set()
         if name == "nonblock":
             a.setblocking(False)

@@ -116,3 +116,40 @@ def test_chrome_json_has_the_slice(default_min, tmp_path):
     blocked = [e for e in events if e["tid"] == job["blocked"]["tid"]]
     assert len(blocked) == 1 and blocked[0]["ph"] == "X" and blocked[0]["dur"] >= 250e3, blocked
     assert blocked[0]["args"]["peer"] == job["blocked"]["peer"] and blocked[0]["args"]["bytes"] == 1234
+
+
+def test_slice_in_the_ui(default_min, tmp_path):
+    """The bundled Perfetto UI (headless Chromium) shows the receiving thread's
+    track with its slice; screenshot to $TIMELINE_SCREENSHOT_DIR (docs/img/)."""
+    import shutil
+    import tempfile
+    import time
+
+    from test_view import Browser, Viewer
+
+    job, _, path = default_min
+    tp = open_trace(path)
+    try:
+        (pid,) = tp.query(f"select p.pid from thread t join process p using (upid) "
+                          f"where t.tid = {job['blocked']['tid']}").rows[0]
+    finally:
+        tp.close()
+    v = Viewer(path)
+    browser = Browser(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=900, deviceScaleFactor=1, mobile=False)
+        browser.call("Page.navigate", url=v.url)
+        browser.wait_for_text([f" {pid}"], 90)
+        browser.call("Runtime.evaluate", expression=f"""
+            for (const e of document.querySelectorAll('.pf-track__title'))
+                if (e.innerText.trim().endsWith(' {pid}')) {{ e.click(); break; }}""")
+        txt = browser.wait_for_text(["recv-blocked", "recv-medium"], 60)
+        time.sleep(1.5)
+        shot = str(tmp_path / "net-recv-blocked.png")
+        browser.screenshot(shot)
+        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+        assert "recv-blocked" in txt, txt[-3000:]
+    finally:
+        browser.close()
+        v.stop()

@@ -46,7 +46,8 @@ NET = Family(
     requires="Linux >= 6.3 (sock_send_length/sock_recv_length tracepoints, BTF tracepoints)",
     supported=kernel_supported,
     # opt-in (-e ...,net): its programs take ~1.2% of one CPU-step of bench/net_cost.py's job
-    # (2026-11-26, ~2.6% before issue 24; docs/benchmarks.md); ≤ 1% not shown
+    # (2026-11-26, ~2.6% before issue 24), ~1.8% with the receive-syscall entries (blocked
+    # receives; docs/benchmarks.md); ≤ 1% not shown
     default_on=False,
     plugin="timeline.net.plugin:NetPlugin",
     converters=("timeline.net.convert:NetConverter",),
