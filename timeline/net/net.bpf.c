@@ -41,8 +41,6 @@ const volatile struct tl_net_event tl_net_event_layout = {};
 #define MSG_DONTWAIT 0x40
 #define EAGAIN 11
 #define NET_TX_VEC 2
-#define NR_RECVFROM 45  /* x86-64 syscall numbers: recv() is recvfrom() there */
-#define NR_RECVMSG 47
 #define NET_RX_VEC 3
 
 /* A receive that waited at least this long is one record (--net-recv-min-ms). */
