@@ -331,7 +331,7 @@ class Recorder:
         for plugin in plugins:
             plugin.preflight()
         sink = open_raw_log(cfg.raw_path, _header(cfg, names, plugins), cfg.user, cfg.ring, self._warn)
-        session = self._load_session(names, sink)
+        session = self._load_session(names, sink, {p.family: p.rodata() for p in plugins})
         restore = self._install_signals()
         consumer = _Consumer(session, sink, cfg.poll_interval)
         sink.start(consumer._always_keep, consumer.lock)
@@ -361,11 +361,11 @@ class Recorder:
             result.exit_code = exit_status(proc.wait())
         return result
 
-    def _load_session(self, names: list[str], sink) -> BpfSession:
+    def _load_session(self, names: list[str], sink, rodata: dict[str, dict[str, int]]) -> BpfSession:
         """The families' BPF objects, loaded (not attached); a failure removes the raw log again."""
         try:
             return BpfSession(names, launcher_tgid=os.getpid(),
-                              ring_sizes={k: v << 20 for k, v in self.cfg.ring_mib.items()})
+                              ring_sizes={k: v << 20 for k, v in self.cfg.ring_mib.items()}, rodata=rodata)
         except libbpf.BPFError as e:
             sink.discard()
             if e.log and os.environ.get("TIMELINE_DEBUG"):

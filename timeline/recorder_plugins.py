@@ -194,6 +194,10 @@ class RecorderPlugin:
         """Extra fields for the raw log header."""
         return {}
 
+    def rodata(self) -> dict[str, int]:
+        """Values of the family's BPF `const volatile` globals, set before load."""
+        return {}
+
     def before_launch(self, ctx: RecorderContext) -> None:
         """BPF is loaded and attached; the target has not started yet."""
 

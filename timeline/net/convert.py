@@ -14,9 +14,15 @@ Instants (category 'net') on the thread that last used the socket:
 'tcp retransmit' (args conn, local, peer, ca_state, lost (a loss recovery:
 fast retransmit or timeout, not a tail loss probe), rto (after a timeout),
 srtt_ms, snd_cwnd, total_retrans, state) and 'tcp <OLD> -> <NEW>' state changes.
+
+Slices (category 'net') on the receiving thread: 'recv blocked', one
+recvfrom()/recvmsg() that took at least --net-recv-min-ms, from the syscall's
+entry to its return (args conn, local, peer, bytes, and error (an errno name)
+or flags (MSG_PEEK, MSG_WAITALL...) when there are any).
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 
 import numpy as np
@@ -25,6 +31,15 @@ from ..converters.families import FamilyConverter
 from . import records
 
 B = records.NET_BUCKET_NS
+MSG_FLAGS = {0x1: "MSG_OOB", 0x2: "MSG_PEEK", 0x20: "MSG_TRUNC", 0x40: "MSG_DONTWAIT", 0x100: "MSG_WAITALL",
+             0x2000: "MSG_ERRQUEUE"}
+
+
+def msg_flags(flags: int) -> str:
+    """'MSG_PEEK|MSG_WAITALL' (unknown bits in hex), '' for none."""
+    names = [n for bit, n in MSG_FLAGS.items() if flags & bit]
+    rest = flags & ~sum(MSG_FLAGS)
+    return "|".join(names + ([hex(rest)] if rest else []))
 
 
 def endpoint(family: int, addr: np.ndarray, port: int) -> str:
@@ -68,9 +83,12 @@ class NetConverter(FamilyConverter):
         self.parts.append(recs.copy())
 
     def emit_ring(self, sink, ring, recs) -> None:
-        events = recs[(recs["kind"] == records.NET_RETRANSMIT) | (recs["kind"] == records.NET_STATE)]
+        events = recs[np.isin(recs["kind"], (records.NET_RETRANSMIT, records.NET_STATE, records.NET_RECV_WAIT))]
         for r, (local, peer) in zip(events, conn_names(events)):
             args = {"conn": f"{local} ↔ {peer}", "local": local, "peer": peer}
+            if r["kind"] == records.NET_RECV_WAIT:
+                self._recv_wait(sink, r, args)
+                continue
             if r["kind"] == records.NET_RETRANSMIT:
                 name = "tcp retransmit"
                 ca = int(r["oldstate"])
@@ -82,6 +100,19 @@ class NetConverter(FamilyConverter):
                 old, new = (records.TCP_STATES.get(int(r[k]), str(int(r[k]))) for k in ("oldstate", "newstate"))
                 name = f"tcp {old} -> {new}"
             sink.instant(int(r["ts"]), int(r["tid"]), int(r["tgid"]) or None, name, "net", args)
+
+    @staticmethod
+    def _recv_wait(sink, r, args: dict) -> None:
+        args["bytes"] = int(r["rx_bytes"])
+        err = int(r["errors"])
+        if err:
+            args["error"] = errno.errorcode.get(err, str(err))
+        flags = msg_flags(int(r["msg_flags"]))
+        if flags:
+            args["flags"] = flags
+        ts = int(r["ts"])
+        sink.slice(ts, max(int(r["end_ts"]) - ts, 0), int(r["tid"]), int(r["tgid"]) or None, "recv blocked", "net",
+                   args)
 
     def finish(self, sink) -> None:
         if not self.parts:

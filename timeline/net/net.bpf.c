@@ -19,6 +19,13 @@
  * NULL from bpf_sk_storage_get (plus the tracked-thread lookup on send/recv).
  * Retransmits run in softirq/timer context, where "current" is whoever was
  * interrupted: they are attributed through it (socket -> last user).
+ *
+ * Long blocking receives: sock_recv_length fires only after a call returns,
+ * so the start of a recvfrom()/recvmsg() of a tracked thread is kept in the
+ * thread's task storage (net_recv_entry, by the syscall tracepoints); the
+ * receive that ends that same syscall (the task's orig_ax still names it, so
+ * an entry left by a failed call never pairs with a later read()) and waited
+ * at least recv_min_ns becomes one TL_NET_RECV_WAIT record.
  */
 #include "tracking.bpf.h"
 #include <bpf/bpf_endian.h>
@@ -31,14 +38,34 @@ const volatile struct tl_net_event tl_net_event_layout = {};
 #define AF_INET 2
 #define AF_INET6 10
 #define MSG_PEEK 2
+#define MSG_DONTWAIT 0x40
 #define EAGAIN 11
 #define NET_TX_VEC 2
 #define NET_RX_VEC 3
+
+/* A receive that waited at least this long is one record (--net-recv-min-ms). */
+const volatile __u64 recv_min_ns = 1000000;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } net_ring SEC(".maps");
+
+/* The receive syscall a tracked thread is in: when it began and which one
+ * (ts 0: none).  Task storage: found through the task, no hash lookup, gone
+ * with the thread. */
+struct net_recv_entry {
+	__u64 ts;
+	__u32 nr;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct net_recv_entry);
+} net_recv_entries SEC(".maps");
 
 /* Per socket (socket local storage: found through the socket itself, no
  * hash lookup, gone with the socket, so a freed socket's memory reused for
@@ -242,6 +269,39 @@ static __always_inline struct net_sk *sk_claim(struct sock *sk, __u32 tid)
 	return bpf_sk_storage_get(&net_sks, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 }
 
+/* A receive by a tracked thread returned: one record if the syscall it ends
+ * began at least recv_min_ns ago (a blocking wait: non-blocking calls and
+ * short waits give none). */
+static __always_inline void recv_wait(struct sock *sk, struct net_sk *s, int ret, int flags, __u64 id, __u64 now)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct net_recv_entry *r = bpf_task_storage_get(&net_recv_entries, task, NULL, 0);
+
+	if (!r || !r->ts)
+		return;
+	__u64 start = r->ts;
+	__u32 nr = r->nr;
+	r->ts = 0;
+	if (now - start < recv_min_ns)
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (BPF_CORE_READ(regs, orig_ax) != nr)
+		return;  /* an entry left by an earlier call that never got here */
+	struct tl_net_event *e = conn_event(sk, s, TL_NET_RECV_WAIT, now);
+	if (!e)
+		return;
+	e->ts = start;
+	e->tid = (__u32)id;
+	e->tgid = id >> 32;
+	e->rx_calls = 1;
+	if (ret > 0)
+		e->rx_bytes = ret;
+	else if (ret < 0)
+		e->errors = -ret;
+	e->msg_flags = flags;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 /* Cheapest test first: a socket no recorded thread touched has no net_sk (no
  * map lookup); a known pair finds its counts at an array index. */
 static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
@@ -317,7 +377,48 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 	v->cpu = bpf_get_smp_processor_id();
 	if ((s->flags & NET_SK_TCP) && now - s->rtt_ts >= TL_NET_BUCKET_NS)
 		rtt_sample(sk, s, now);
+	if (!tx)
+		recv_wait(sk, s, ret, flags, id, now);
 	return 0;
+}
+
+/* The start of a receive syscall of a tracked thread.  These tracepoints fire
+ * for every recvfrom/recvmsg on the machine: a thread that has its entry
+ * already (it was tracked at an earlier receive) finds it through the task,
+ * others stop at the tracked lookup.  MSG_DONTWAIT calls cannot block: no
+ * entry.  recvmmsg (several messages per call, each its own wait) and read()
+ * on a socket (not how Gloo or NCCL receive) are left out. */
+static __always_inline int recv_enter(long nr, __u64 flags)
+{
+	if (flags & MSG_DONTWAIT)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct net_recv_entry *r = NULL;
+
+	if (task->bpf_storage)  /* most threads on the machine have no BPF storage at all: no helper call */
+		r = bpf_task_storage_get(&net_recv_entries, task, NULL, 0);
+	if (!r) {
+		if (!tl_is_tracked((__u32)bpf_get_current_pid_tgid()))
+			return 0;
+		r = bpf_task_storage_get(&net_recv_entries, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!r)
+			return 0;
+	}
+	r->ts = bpf_ktime_get_boot_ns();
+	r->nr = nr;
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_recvfrom")
+int tl_net_recvfrom(struct trace_event_raw_sys_enter *ctx)
+{
+	return recv_enter(ctx->id, ctx->args[3]);  /* fd, buf, len, flags, addr, addrlen */
+}
+
+SEC("tp/syscalls/sys_enter_recvmsg")
+int tl_net_recvmsg(struct trace_event_raw_sys_enter *ctx)
+{
+	return recv_enter(ctx->id, ctx->args[2]);  /* fd, msg, flags */
 }
 
 SEC("tp_btf/sock_send_length")

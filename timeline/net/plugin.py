@@ -6,14 +6,17 @@ pair's last bucket is still in the maps (net_io's slots handed out, net_io_more)
 when recording stops, so stop() reads them and writes them as records of the
 same ring.  The softirq accounting
 is attached here, with --net-softirq only: it probes every softirq of the
-machine (timers, RCU, scheduler too), most of the family's cost."""
+machine (timers, RCU, scheduler too), most of the family's cost; so are the
+receive-syscall entries (blocked receives) unless --net-recv-min-ms is 0."""
 from __future__ import annotations
 
 import numpy as np
 
 from .. import events, libbpf
+from ..errors import UserError
 from ..recorder_plugins import RecorderPlugin
 from . import records
+from .family import MIN_RECV_MS, recv_min_ok
 
 
 def _open(rows: np.ndarray) -> np.ndarray:
@@ -24,10 +27,30 @@ def _open(rows: np.ndarray) -> np.ndarray:
 class NetPlugin(RecorderPlugin):
     family = "net"
 
+    @property
+    def recv_min_ms(self) -> float:
+        return self.options.net_recv_min_ms if self.options is not None else 1.0
+
+    def preflight(self) -> None:
+        if not recv_min_ok(self.recv_min_ms):
+            raise UserError(f"--net-recv-min-ms {self.recv_min_ms:g}: give a finite number of milliseconds, "
+                            f"at least {MIN_RECV_MS:g} (0 turns it off)")
+
+    def header(self) -> dict:
+        return {"net_recv_min_ms": float(self.recv_min_ms)}
+
+    def rodata(self) -> dict[str, int]:
+        return {"recv_min_ns": round(self.recv_min_ms * 1e6) or 1}  # 0: programs not attached
+
     def before_launch(self, ctx) -> None:
         obj = ctx.session.objects.get("net")
-        if obj is not None and self.options is not None and self.options.net_softirq:
+        if obj is None:
+            return
+        if self.options is not None and self.options.net_softirq:
             for prog in ("tl_net_softirq_entry", "tl_net_softirq_exit"):
+                obj.attach(prog)
+        if self.recv_min_ms:  # syscall tracepoints: every recvfrom/recvmsg of the machine runs them
+            for prog in ("tl_net_recvfrom", "tl_net_recvmsg"):
                 obj.attach(prog)
 
     def stop(self, ctx) -> None:

@@ -9,8 +9,8 @@
  * Sends and receives are counted in the kernel per (thread, socket) and
  * flushed as one TL_NET_IO record per TL_NET_BUCKET_NS bucket in which the
  * pair was active, so a thread busy-looping on a socket costs an array update
- * per call, not a record.  Rare events (retransmits, state changes) are one
- * record each; RTT samples, taken at those calls, at most one per connection
+ * per call, not a record.  Rare events (retransmits, state changes, receive
+ * calls that blocked at least --net-recv-min-ms) are one record each; RTT samples, taken at those calls, at most one per connection
  * per bucket (TL_NET_BUCKET_NS apart).
  */
 #ifndef TIMELINE_NET_RECORDS_H
@@ -25,6 +25,8 @@
 #define TL_NET_STATE      3  /* TCP state change (oldstate -> newstate) */
 #define TL_NET_RTT        4  /* sample at a send/recv: srtt_us, snd_cwnd, snd_wnd, rcv_wnd */
 #define TL_NET_SOFTIRQ    5  /* one CPU, one bucket: tx_bytes/rx_bytes hold NET_TX/NET_RX ns, tx_calls/rx_calls their runs */
+#define TL_NET_RECV_WAIT  6  /* one recvfrom/recvmsg that took >= recv_min_ns: ts = syscall entry, end_ts = return;
+                                rx_bytes = bytes returned, errors = errno (0: none), msg_flags; tid = the caller */
 
 #define TL_NET_CA_LOSS 4  /* TCP_CA_Loss: retransmitting after a retransmission timeout */
 
@@ -38,7 +40,7 @@ struct tl_net_event {
 	__u32 tgid;
 	__u32 tx_calls;    /* IO: send calls (errors included) */
 	__u32 rx_calls;
-	__u32 errors;      /* IO: calls that failed, EAGAIN apart */
+	__u32 errors;      /* IO: calls that failed, EAGAIN apart; RECV_WAIT: the errno */
 	__u32 eagain;      /* IO: calls that returned -EAGAIN (non-blocking, nothing to do) */
 	__u32 srtt_us;     /* RTT: smoothed RTT, microseconds */
 	__u32 snd_cwnd;    /* RTT: congestion window, segments */
@@ -57,7 +59,7 @@ struct tl_net_event {
 	__u8 oldstate;     /* STATE: TCP_* state numbers (1 ESTABLISHED ... 12 NEW_SYN_RECV);
 	                      RETRANSMIT: icsk_ca_state (TL_NET_CA_LOSS: after a timeout, an RTO) */
 	__u8 newstate;     /* STATE; RETRANSMIT, RTT: the state at the event */
-	__u32 pad;
+	__u32 msg_flags;   /* RECV_WAIT: the call's flags (MSG_PEEK 2, MSG_WAITALL 0x100...) */
 };                     /* 136 bytes */
 
 #endif /* TIMELINE_NET_RECORDS_H */

@@ -18,6 +18,7 @@ NET_RETRANSMIT = 2
 NET_STATE = 3
 NET_RTT = 4
 NET_SOFTIRQ = 5
+NET_RECV_WAIT = 6
 NET_CA_LOSS = 4
 
 NET_EVENT = np.dtype([
@@ -26,7 +27,7 @@ NET_EVENT = np.dtype([
     ("srtt_us", "<u4"), ("snd_cwnd", "<u4"), ("snd_wnd", "<u4"), ("rcv_wnd", "<u4"), ("total_retrans", "<u4"),
     ("retrans_out", "<u4"), ("saddr", "u1", (16,)), ("daddr", "u1", (16,)),
     ("sport", "<u2"), ("dport", "<u2"), ("family", "<u2"), ("cpu", "<u2"),
-    ("kind", "u1"), ("protocol", "u1"), ("oldstate", "u1"), ("newstate", "u1"), ("pad", "<u4"),
+    ("kind", "u1"), ("protocol", "u1"), ("oldstate", "u1"), ("newstate", "u1"), ("msg_flags", "<u4"),
 ])
 
 TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
@@ -44,3 +45,4 @@ class NetKind(enum.IntEnum):
     net_state = NET_STATE
     net_rtt = NET_RTT
     net_softirq = NET_SOFTIRQ
+    net_recv_wait = NET_RECV_WAIT
