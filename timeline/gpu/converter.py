@@ -232,12 +232,14 @@ class GpuConverter(FamilyConverter):
             return
         api = np.concatenate(self._api)
         self._api = []
-        api = api[np.lexsort((api["start"], (api["flags"] & R.GF_DRIVER) != 0, api["corr"], api["pid"]))]
-        key = (api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"]
+        order = np.lexsort((api["start"], (api["flags"] & R.GF_DRIVER) != 0, api["corr"], api["pid"]))
+        key = ((api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"])[order]
         first = np.ones(key.size, bool)
         first[1:] = key[1:] != key[:-1]
-        self.api, key = api[first & (api["corr"] != 0)], key[first & (api["corr"] != 0)]
-        del api, first
+        first &= api["corr"][order] != 0
+        # one copy of the rows kept, not of all the sorted rows first
+        self.api, key = api[order[first]], key[first]
+        del api, order, first
         wk, wi = np.concatenate(self._work_key), np.concatenate(self._work_idx)
         self._work_key = self._work_idx = []
         if not key.size or not wk.size:
@@ -247,8 +249,8 @@ class GpuConverter(FamilyConverter):
         j, wi = j[hit], wi[hit]
         self._has_flow[wi] = True
         self._want_api, self._want_flow = j, FLOW_BASE + wi.astype(np.uint64)
-        a = self.api[j]
-        self.model.call_links.want(a["pid"], a["tid"], a["start"], a["end"], self._want_flow)
+        # field by field: a copy of the API rows (46 bytes each) would sit beside the wants
+        self.model.call_links.want(*(self.api[f][j] for f in ("pid", "tid", "start", "end")), self._want_flow)
 
     # -- pass 2
     def _plan(self, sink) -> None:
