@@ -96,12 +96,10 @@ class CallLinks:
         if not wants:
             return
         pid, tid, t0, t1, flow = _joined(wants)
-        del wants
         n = pid.size
         got = np.full(n, -1, np.int64)  # seq of the matched call
         if calls:
             cseq, ctid, cpid, cts, cend = _joined(calls)
-            del calls
             # a tid the writer knows as a thread of this process (pid, tid < 2**32)
             known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), np.unique((cpid << 32) | (ctid & 0xFFFFFFFF)))
             self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
@@ -138,8 +136,12 @@ class CallLinks:
 
 
 def _joined(parts: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
-    """Column by column, the parts' arrays end to end, each part dropped once copied."""
-    cols = []
-    for j in range(len(parts[0])):
-        cols.append(parts[0][j] if len(parts) == 1 else np.concatenate([p[j] for p in parts]))
-    return cols
+    """Column by column, the parts' arrays end to end; `parts` is emptied and each column's pieces
+    are let go once joined (at most one column is held twice)."""
+    columns = [list(c) for c in zip(*parts)]
+    parts.clear()
+    out = []
+    for pieces in columns:
+        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+        pieces.clear()
+    return out
