@@ -3,7 +3,8 @@ depend on when it writes.  One synthetic raw log (tests/unit/test_gpu_convert.py
 record, overlapping kernels on one stream) converted with the converter releasing work every few
 rows must give the same slices, tracks, args, flows and counters as when it holds everything to the
 end: in blocks of 3 records in time order (a release at almost every block), in reverse order
-(CUPTI's buffers come out of order: nothing can go before the last block) and in one block.
+(CUPTI's buffers come out of order: nothing can go before the last block) and in one block; and
+with busy % binned at the end from kept intervals (a hostile log's GPUs past BINNED_DEVICES).
 """
 from __future__ import annotations
 
@@ -74,6 +75,10 @@ def test_released_in_pieces_same_trace(raw, tmp_path, monkeypatch, fmt):
     released = [str(tmp_path / (f"{k}-pieces" + ext)) for k in ("small", "late", "one")]
     for k, out in zip(("small", "late", "one"), released):
         convert(raw[k], out)
+    # busy % kept as intervals to the end (GPUs past BINNED_DEVICES) comes out the same too
+    monkeypatch.setattr(gpu_converter, "BINNED_DEVICES", 0)
+    released.append(str(tmp_path / ("unbinned" + ext)))
+    convert(raw["small"], released[-1])
     want = trace_rows(whole)
     assert len(want["slices"]) > 40 and want["flows"] and want["counters"]
     # the overlapping burst needs more lanes than full_log's graph launch (2)

@@ -44,6 +44,7 @@ MAX_BINS = 20_000             # counter points per GPU; bins are at least 1 ms
 PID_MAX = 1 << 22             # a tid above this is not a kernel thread id
 NO_WORK = np.iinfo(np.int64).max  # a block's earliest work start when it has none
 RELEASE_ROWS = 1 << 16        # pending work rows that make pass 2 write what it can
+BINNED_DEVICES = 64           # GPUs whose busy % is binned as work is written (the rest: in finish())
 # CUPTI callback ids of the calls the injection library traces (cupti_runtime_cbid.h /
 # cupti_driver_cbid.h; ids are stable across CUDA versions): names for the slices made from API
 # records when no cuda-family slice contains them.
@@ -105,15 +106,24 @@ def _pair_key(w: np.ndarray) -> np.ndarray:
 
 class _Busy:
     """A GPU's busy % bins, filled stretch by stretch as its work is released: the time some work
-    covers in each bin, in whole ns (the sums intervals.busy_fraction makes, in any order)."""
+    covers in each bin, in whole ns (the sums intervals.busy_fraction makes, in any order).  The
+    bins are made at the first stretch, the edges only when written (up to MAX_BINS each).  Not
+    `binned` (devices past the first BINNED_DEVICES: a hostile log's, up to MAX_TRACKS of them, whose
+    bins would take 160 KB each at once): the intervals are kept and binned in values(), one GPU at
+    a time, as before issue 23."""
 
-    def __init__(self, t0: int, t1: int):
-        self.t0, self.t1 = t0, t1
+    def __init__(self, t0: int, t1: int, binned: bool = True):
+        self.t0, self.t1, self.binned = t0, t1, binned
         self.bin_ns = max(1_000_000, -(-(t1 - t0) // MAX_BINS // 1_000_000) * 1_000_000)
-        self.edges = np.arange(t0, t1 + self.bin_ns, self.bin_ns, dtype=np.int64)
-        self.covered = np.zeros(self.edges.size - 1, np.int64)
+        self.n_edges = -(-(t1 + self.bin_ns - t0) // self.bin_ns)  # np.arange(t0, t1 + bin_ns, bin_ns).size
+        self.covered: np.ndarray | None = None
         self._s: list[np.ndarray] = []   # intervals not counted yet: from the last mark on
         self._e: list[np.ndarray] = []
+
+    def edges(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Bin edges lo..hi (inclusive; None: the last)."""
+        hi = self.n_edges - 1 if hi is None else hi
+        return self.t0 + self.bin_ns * np.arange(lo, hi + 1, dtype=np.int64)
 
     def put(self, s: np.ndarray, e: np.ndarray) -> None:
         self._s.append(s)
@@ -121,7 +131,7 @@ class _Busy:
 
     def add_upto(self, mark: int | None) -> None:
         """Count the time before `mark` (None: all); no interval put later starts before it."""
-        if not self._s:
+        if not self._s or not self.binned:
             return
         s, e = np.concatenate(self._s), np.concatenate(self._e)
         if mark is None:
@@ -134,9 +144,21 @@ class _Busy:
         if not s.size:
             return
         s, e = intervals.merge(s, e)
-        lo = max(int(np.searchsorted(self.edges, s[0], "right")) - 1, 0)
-        hi = min(int(np.searchsorted(self.edges, e[-1], "left")), self.edges.size - 1)
-        self.covered[lo:hi] += intervals.covered(s, e, self.edges[lo:hi + 1])
+        if self.covered is None:
+            self.covered = np.zeros(self.n_edges - 1, np.int64)
+        # the edges at or before the first start .. at or after the last end
+        lo = max((int(s[0]) - self.t0) // self.bin_ns, 0)
+        hi = min(-(-(int(e[-1]) - self.t0) // self.bin_ns), self.n_edges - 1)
+        self.covered[lo:hi] += intervals.covered(s, e, self.edges(lo, hi))
+
+    def values(self) -> np.ndarray:
+        """busy % from each edge on (a last 0 closes the series at the last edge)."""
+        if not self.binned:
+            s, e = np.concatenate(self._s), np.concatenate(self._e)
+            self._s, self._e = [], []
+            return np.append(np.round(100 * intervals.busy_fraction(s, e, self.t0, self.t1, self.bin_ns)[1], 3), 0.0)
+        covered = np.zeros(self.n_edges - 1, np.int64) if self.covered is None else self.covered
+        return np.append(np.round(100 * (covered / float(self.bin_ns)), 3), 0.0)
 
 
 class GpuConverter(FamilyConverter):
@@ -266,9 +288,9 @@ class GpuConverter(FamilyConverter):
         self._block_end = self._block_min = []
         self._pair_keys = np.array(sorted(self._pairs), np.uint64)
         self._pairs = set()
-        for dev in sorted(self._span)[:MAX_TRACKS]:
+        for i, dev in enumerate(sorted(self._span)[:MAX_TRACKS]):
             t0, t1 = self._span[dev]
-            self._busy[dev] = _Busy(t0, t1)
+            self._busy[dev] = _Busy(t0, t1, binned=i < BINNED_DEVICES)
 
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
         if not self._planned:
@@ -463,9 +485,8 @@ class GpuConverter(FamilyConverter):
         self._copies = []
         for dev, busy in self._busy.items():
             group = f"GPU {dev}"
-            # a value holds from its bin's start; a last 0 closes the series at the last edge
-            sink.group_counters(group, f"{group} busy %", busy.edges,
-                                np.append(np.round(100 * (busy.covered / float(busy.bin_ns)), 3), 0.0))
+            # a value holds from its bin's start
+            sink.group_counters(group, f"{group} busy %", busy.edges(), busy.values())
             c = copies[copies[:, 0] == dev]
             if c.size:
                 edges, bw = intervals.copy_bandwidth(c[:, 1], c[:, 2], c[:, 3].astype(np.uint64), busy.t0, busy.t1,
