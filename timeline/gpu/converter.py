@@ -69,6 +69,8 @@ DRIVER_CBIDS = {17: "cuCtxSynchronize", 121: "cuEventSynchronize", 126: "cuStrea
                 515: "cuGraphLaunch", 652: "cuLaunchKernelEx", 653: "cuLaunchKernelEx"}
 API = np.dtype([("pid", "<i8"), ("tid", "<i8"), ("start", "<i8"), ("end", "<i8"), ("corr", "<u4"),
                 ("flags", "<u2"), ("cbid", "<u4"), ("ret", "<u4")])
+CALL = ("pid", "tid", "start", "end")  # of an API row: in the wants (call_links) from the end of pass 1
+API_REST = np.dtype([(f, API[f]) for f in API.names if f not in CALL])
 
 
 def _unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +173,7 @@ class GpuConverter(FamilyConverter):
         self._n = 0                                     # ring-7 records seen (pass 1)
         self._work_key: list[np.ndarray] = []           # (pid << 32 | correlation) of each work record
         self._work_idx: list[np.ndarray] = []           # its number in the log
-        self._api: list[np.ndarray] = []
+        self._api: dict[str, list[np.ndarray]] = {f: [] for f in API.names}  # API records, column by column
         self._block_end: list[int] = []                 # per ring-7 block: records up to its end
         self._block_min: list[int] = []                 # its earliest work start (NO_WORK: none)
         self._pairs: set[int] = set()                   # device << 32 | stream of the work
@@ -179,7 +181,8 @@ class GpuConverter(FamilyConverter):
         self._has_flow = np.zeros(0, bool)              # per record number: a flow ends on it
         self._want_api = np.zeros(0, np.int64)          # per want: its API record (row of self.api)
         self._want_flow = np.zeros(0, np.uint64)
-        self.api = np.zeros(0, API)
+        self._want_call: list[np.ndarray] = []          # per want: its API row's pid, tid, start, end
+        self.api = np.zeros(0, API)                     # deduplicated API rows (API_REST after _link)
         # pass 2
         self._m = 0                                     # ring-7 records seen
         self._planned = False
@@ -221,12 +224,11 @@ class GpuConverter(FamilyConverter):
             self._note_work(w)
         api = recs[kind == R.API]
         if api.size:
-            a = np.zeros(api.size, API)
-            for f, g in (("pid", "pid"), ("tid", "tid"), ("start", "start"), ("end", "end"), ("corr", "correlation"),
-                         ("flags", "flags"), ("cbid", "domain"), ("ret", "value")):
-                a[f] = api[g]
-            a["end"] = np.maximum(a["end"], a["start"])
-            self._api.append(a)
+            start = api["start"].astype(np.int64)
+            for f, c in (("pid", api["pid"]), ("tid", api["tid"]), ("start", start),
+                         ("end", np.maximum(api["end"].astype(np.int64), start)), ("corr", api["correlation"]),
+                         ("flags", api["flags"]), ("cbid", api["domain"]), ("ret", api["value"])):
+                self._api[f].append(c.astype(API[f]))
 
     def _note_work(self, w: np.ndarray) -> None:
         """The tracks (device, stream) and each device's time span: known before pass 2 writes."""
@@ -249,19 +251,26 @@ class GpuConverter(FamilyConverter):
         CPU call containing it.  Of several API records with one correlation id (a runtime call and
         the driver call it makes), the runtime one, else the earliest."""
         self._has_flow = np.zeros(self._n, bool)
-        if not self._api:
+        if not self._api["pid"]:
             self._work_key = self._work_idx = []
             return
-        api = np.concatenate(self._api)
-        self._api = []
+        # column by column, each one's pieces let go once joined (the rows are held once, not twice)
+        api = {}
+        for f in API.names:
+            api[f] = np.concatenate(self._api[f])
+            self._api[f] = []
         order = np.lexsort((api["start"], (api["flags"] & R.GF_DRIVER) != 0, api["corr"], api["pid"]))
         key = ((api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"])[order]
         first = np.ones(key.size, bool)
         first[1:] = key[1:] != key[:-1]
         first &= api["corr"][order] != 0
-        # one copy of the rows kept, not of all the sorted rows first
-        self.api, key = api[order[first]], key[first]
-        del api, order, first
+        kept, key = order[first], key[first]  # the rows kept, in key order
+        del order, first
+        # of the kept rows, the wants hold thread and time (below); self.api keeps the rest: 14
+        # bytes a row, not 46, through call_links' matching
+        self.api = np.empty(kept.size, API_REST)
+        for f in API_REST.names:
+            self.api[f] = api.pop(f)[kept]
         wk, wi = np.concatenate(self._work_key), np.concatenate(self._work_idx)
         self._work_key = self._work_idx = []
         if not key.size or not wk.size:
@@ -271,8 +280,9 @@ class GpuConverter(FamilyConverter):
         j, wi = j[hit], wi[hit]
         self._has_flow[wi] = True
         self._want_api, self._want_flow = j, FLOW_BASE + wi.astype(np.uint64)
-        # field by field: a copy of the API rows (46 bytes each) would sit beside the wants
-        self.model.call_links.want(*(self.api[f][j] for f in ("pid", "tid", "start", "end")), self._want_flow)
+        rows = kept[j]
+        self._want_call = [api.pop(f)[rows] for f in CALL]  # shared with call_links, not copied
+        self.model.call_links.want(*self._want_call, self._want_flow)
 
     # -- pass 2
     def _plan(self, sink) -> None:
@@ -281,7 +291,8 @@ class GpuConverter(FamilyConverter):
         self._planned = True
         unmatched = self.model.call_links.unmatched()  # resolves (and so calls _link) if nobody asked yet
         self._api_slices(sink, unmatched)
-        self.api, self._want_api, self._want_flow = np.zeros(0, API), np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        self.api, self._want_api, self._want_flow = np.zeros(0, API_REST), np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        self._want_call = []
         later = np.array(self._block_min, np.int64)
         self._later_min = np.minimum.accumulate(later[::-1])[::-1] if later.size else later
         self._block_ends = np.array(self._block_end, np.int64)
@@ -345,15 +356,18 @@ class GpuConverter(FamilyConverter):
     def _api_slices(self, sink, unmatched: np.ndarray) -> None:
         if not self._want_api.size or not unmatched.any():
             return
-        rows, flows = self._want_api[unmatched], self._want_flow[unmatched]
+        wants = np.flatnonzero(unmatched)
+        rows, flows = self._want_api[wants], self._want_flow[wants]
         o = np.argsort(rows, kind="stable")
-        rows, flows = rows[o], flows[o]
+        rows, flows, wants = rows[o], flows[o], wants[o]
         u, start, cnt = np.unique(rows, return_index=True, return_counts=True)
         fo = np.zeros((u.size, int(cnt.max())), np.uint64)
         for j in range(fo.shape[1]):
             m = cnt > j
             fo[m, j] = flows[start[m] + j]
-        a = self.api[u]
+        a = {f: c[wants[start]] for f, c in zip(CALL, self._want_call)}  # each row's thread and time
+        rest = self.api[u]
+        a.update((f, rest[f]) for f in API_REST.names)
         driver = (a["flags"] & R.GF_DRIVER) != 0
         names = [(DRIVER_CBIDS if d else RUNTIME_CBIDS).get(c, f"CUDA call (cbid {c})")
                  for d, c in zip(driver.tolist(), a["cbid"].tolist())]
