@@ -335,7 +335,7 @@ def extrapolate(results: list[dict], workers: list[int]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", default="1", help="recorded minutes; several (0.25,0.5,1) fit a line")
-    ap.add_argument("--workers", default="1,2", help="check pool sizes to measure")
+    ap.add_argument("--workers", default="1,2", help="check pool sizes to measure ('': convert only)")
     ap.add_argument("--chunk-events", type=int, default=0,
                     help="split into chunks of this many events (default: --split auto, sets above 10 M records)")
     ap.add_argument("--skip", default="",
@@ -344,7 +344,7 @@ def main() -> None:
     ap.add_argument("--keep", help="work directory (default: a temporary one, removed)")
     a = ap.parse_args()
     sizes = [float(x) for x in a.minutes.split(",")]
-    workers = [int(x) for x in a.workers.split(",")]
+    workers = [int(x) for x in a.workers.split(",") if x]
     t0 = time.time()
     d = a.keep or tempfile.mkdtemp(prefix="tl-scale8-")
     os.makedirs(d, exist_ok=True)

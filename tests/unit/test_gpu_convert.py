@@ -94,7 +94,7 @@ class GpuLog:
         self.rec(R.NVTX, start, end, tid=tid, name=self.string(*name) if isinstance(name, tuple) else name,
                  domain=domain, value=depth)
 
-    def write(self, path, block=7) -> str:
+    def write(self, path, block=7, reverse=True) -> str:
         b = LogBuilder(ncpu=2, target_pid=PID)
         b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
         for rid, dt, nm in ((cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, "cuda"),
@@ -114,8 +114,9 @@ class GpuLog:
             for i in range(0, calls.size, 50):
                 b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(calls[i:i + 50]))))
         gpu = np.concatenate(self.gpu)
-        # CUPTI hands buffers over out of time order: blocks in reverse
-        for i in reversed(range(0, gpu.size, block)):
+        # CUPTI hands buffers over out of time order: blocks in reverse (unless told otherwise)
+        starts = range(0, gpu.size, block)
+        for i in reversed(starts) if reverse else starts:
             b.blocks.append(("ring", (R.RING_GPU, ev.encode_ring_bytes(gpu[i:i + block]))))
         return b.write(path, end=end_block(stop_ts=us(self.span_us + 100)))
 

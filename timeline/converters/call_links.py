@@ -57,7 +57,8 @@ class CallLinks:
 
     def want(self, pid, tid, t0, t1, flow) -> None:
         """A flow (ids `flow`, uint64, non-zero) from the call containing [t0, t1] on each tid."""
-        self._wants.append(tuple(np.asarray(a, dt) for a, dt in
+        # contiguous: a field of a caller's record array (a strided view) would keep all of it alive
+        self._wants.append(tuple(np.ascontiguousarray(a, dt) for a, dt in
                                  ((pid, np.int64), (tid, np.int64), (t0, np.int64), (t1, np.int64), (flow, np.uint64))))
 
     # -- pass 2
@@ -90,13 +91,15 @@ class CallLinks:
         self._resolved = True
         for fn in self._resolvers:
             fn()
-        if not self._wants:
+        # what was offered and wanted is only needed here (a few tens of bytes per call): let it go
+        wants, calls, self._wants, self._calls = self._wants, self._calls, [], []
+        if not wants:
             return
-        pid, tid, t0, t1, flow = (np.concatenate(c) for c in zip(*self._wants))
+        pid, tid, t0, t1, flow = _joined(wants)
         n = pid.size
         got = np.full(n, -1, np.int64)  # seq of the matched call
-        if self._calls:
-            cseq, ctid, cpid, cts, cend = (np.concatenate(c) for c in zip(*self._calls))
+        if calls:
+            cseq, ctid, cpid, cts, cend = _joined(calls)
             # a tid the writer knows as a thread of this process (pid, tid < 2**32)
             known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), np.unique((cpid << 32) | (ctid & 0xFFFFFFFF)))
             self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
@@ -130,3 +133,15 @@ class CallLinks:
             entry_only = has & (pick < 0) & (end[i] == ts[i]) & (t0[w] - ts[i] <= ENTRY_SLACK_NS)
             pick = np.where(entry_only, i, pick)
             got[w] = np.where(pick >= 0, seq[np.maximum(pick, 0)], -1)
+
+
+def _joined(parts: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
+    """Column by column, the parts' arrays end to end; `parts` is emptied and each column's pieces
+    are let go once joined (at most one column is held twice)."""
+    columns = [list(c) for c in zip(*parts)]
+    parts.clear()
+    out = []
+    for pieces in columns:
+        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+        pieces.clear()
+    return out

@@ -15,9 +15,14 @@ What the trace holds is the contract the GPU checks read (docs/checks.md, "GPU a
 - counters per GPU from the intervals (intervals.py): `GPU 0 busy %` (any kernel, copy or memset
   running) and `GPU 0 copy GB/s`.
 
-Everything is written in finish(): work is sorted per track first (CUPTI delivers buffers per
-context, not in time order), and the call slices it links to (cuda family, an earlier converter)
-have been written by then.
+Memory stays bounded as the recording grows (issue 23): work is written in pass 2 as it arrives,
+a block of rows at a time, once no later record can sort before it.  CUPTI delivers buffers per
+context, not in time order, so pass 1 notes each ring-7 block's earliest work start; in pass 2 the
+earliest start of the blocks still to come (the watermark) releases every pending row that starts
+before it, sorted per track: the same tracks, lanes and slices as sorting all the work at once.
+The busy % counter adds each released stretch's covered time to its bins (integers: the same sums);
+the copy GB/s counter keeps (start, end, bytes) per copy.  The slices made from API records are
+written at the first block (call_links resolves then); NVTX ranges (a few per step) in finish().
 """
 from __future__ import annotations
 
@@ -37,6 +42,9 @@ CATEGORY = {R.KERNEL: "gpu_kernel", R.MEMCPY: "gpu_memcpy", R.MEMSET: "gpu_memse
 MAX_TRACKS = 4096             # hostile device/stream ids: the rest share one track
 MAX_BINS = 20_000             # counter points per GPU; bins are at least 1 ms
 PID_MAX = 1 << 22             # a tid above this is not a kernel thread id
+NO_WORK = np.iinfo(np.int64).max  # a block's earliest work start when it has none
+RELEASE_ROWS = 1 << 16        # pending work rows that make pass 2 write what it can
+BINNED_DEVICES = 64           # GPUs whose busy % is binned as work is written (the rest: in finish())
 # CUPTI callback ids of the calls the injection library traces (cupti_runtime_cbid.h /
 # cupti_driver_cbid.h; ids are stable across CUDA versions): names for the slices made from API
 # records when no cuda-family slice contains them.
@@ -61,6 +69,8 @@ DRIVER_CBIDS = {17: "cuCtxSynchronize", 121: "cuEventSynchronize", 126: "cuStrea
                 515: "cuGraphLaunch", 652: "cuLaunchKernelEx", 653: "cuLaunchKernelEx"}
 API = np.dtype([("pid", "<i8"), ("tid", "<i8"), ("start", "<i8"), ("end", "<i8"), ("corr", "<u4"),
                 ("flags", "<u2"), ("cbid", "<u4"), ("ret", "<u4")])
+CALL = ("pid", "tid", "start", "end")  # of an API row: in the wants (call_links) from the end of pass 1
+API_REST = np.dtype([(f, API[f]) for f in API.names if f not in CALL])
 
 
 def _unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +101,68 @@ def _named(c: Column, key: str) -> Column:
     return c
 
 
+def _pair_key(w: np.ndarray) -> np.ndarray:
+    """device << 32 | stream: sorts as (device, stream)."""
+    return (w["device"].astype(np.uint64) << np.uint64(32)) | w["stream"].astype(np.uint64)
+
+
+class _Busy:
+    """A GPU's busy % bins, filled stretch by stretch as its work is released: the time some work
+    covers in each bin, in whole ns (the sums intervals.busy_fraction makes, in any order).  The
+    bins are made at the first stretch, the edges only when written (up to MAX_BINS each).  Not
+    `binned` (devices past the first BINNED_DEVICES: a hostile log's, up to MAX_TRACKS of them, whose
+    bins would take 160 KB each at once): the intervals are kept and binned in values(), one GPU at
+    a time, as before issue 23."""
+
+    def __init__(self, t0: int, t1: int, binned: bool = True):
+        self.t0, self.t1, self.binned = t0, t1, binned
+        self.bin_ns = max(1_000_000, -(-(t1 - t0) // MAX_BINS // 1_000_000) * 1_000_000)
+        self.n_edges = -(-(t1 + self.bin_ns - t0) // self.bin_ns)  # np.arange(t0, t1 + bin_ns, bin_ns).size
+        self.covered: np.ndarray | None = None
+        self._s: list[np.ndarray] = []   # intervals not counted yet: from the last mark on
+        self._e: list[np.ndarray] = []
+
+    def edges(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Bin edges lo..hi (inclusive; None: the last)."""
+        hi = self.n_edges - 1 if hi is None else hi
+        return self.t0 + self.bin_ns * np.arange(lo, hi + 1, dtype=np.int64)
+
+    def put(self, s: np.ndarray, e: np.ndarray) -> None:
+        self._s.append(s)
+        self._e.append(e)
+
+    def add_upto(self, mark: int | None) -> None:
+        """Count the time before `mark` (None: all); no interval put later starts before it."""
+        if not self._s or not self.binned:
+            return
+        s, e = np.concatenate(self._s), np.concatenate(self._e)
+        if mark is None:
+            self._s, self._e = [], []
+        else:
+            later = e > mark
+            self._s, self._e = [np.maximum(s[later], mark)], [e[later]]
+            now = s < mark
+            s, e = s[now], np.minimum(e[now], mark)
+        if not s.size:
+            return
+        s, e = intervals.merge(s, e)
+        if self.covered is None:
+            self.covered = np.zeros(self.n_edges - 1, np.int64)
+        # the edges at or before the first start .. at or after the last end
+        lo = max((int(s[0]) - self.t0) // self.bin_ns, 0)
+        hi = min(-(-(int(e[-1]) - self.t0) // self.bin_ns), self.n_edges - 1)
+        self.covered[lo:hi] += intervals.covered(s, e, self.edges(lo, hi))
+
+    def values(self) -> np.ndarray:
+        """busy % from each edge on (a last 0 closes the series at the last edge)."""
+        if not self.binned:
+            s, e = np.concatenate(self._s), np.concatenate(self._e)
+            self._s, self._e = [], []
+            return np.append(np.round(100 * intervals.busy_fraction(s, e, self.t0, self.t1, self.bin_ns)[1], 3), 0.0)
+        covered = np.zeros(self.n_edges - 1, np.int64) if self.covered is None else self.covered
+        return np.append(np.round(100 * (covered / float(self.bin_ns)), 3), 0.0)
+
+
 class GpuConverter(FamilyConverter):
     rings = (R.RING_GPU,)
     metas = ("gpu_strings",)
@@ -101,14 +173,29 @@ class GpuConverter(FamilyConverter):
         self._n = 0                                     # ring-7 records seen (pass 1)
         self._work_key: list[np.ndarray] = []           # (pid << 32 | correlation) of each work record
         self._work_idx: list[np.ndarray] = []           # its number in the log
-        self._api: list[np.ndarray] = []
+        self._api: dict[str, list[np.ndarray]] = {f: [] for f in API.names}  # API records, column by column
+        self._block_end: list[int] = []                 # per ring-7 block: records up to its end
+        self._block_min: list[int] = []                 # its earliest work start (NO_WORK: none)
+        self._pairs: set[int] = set()                   # device << 32 | stream of the work
+        self._span: dict[int, list[int]] = {}           # device -> [first start, last end] of its work
         self._has_flow = np.zeros(0, bool)              # per record number: a flow ends on it
         self._want_api = np.zeros(0, np.int64)          # per want: its API record (row of self.api)
         self._want_flow = np.zeros(0, np.uint64)
-        self.api = np.zeros(0, API)
-        self._recs: list[np.ndarray] = []                # pass 2: every record, written in finish()
-        self._idx: list[np.ndarray] = []                 # their numbers in the log
-        self._m = 0
+        self._want_call: list[np.ndarray] = []          # per want: its API row's pid, tid, start, end
+        self.api = np.zeros(0, API)                     # deduplicated API rows (API_REST after _link)
+        # pass 2
+        self._m = 0                                     # ring-7 records seen
+        self._planned = False
+        self._later_min = np.zeros(0, np.int64)         # per block: earliest work start from it on
+        self._pair_keys = np.zeros(0, np.uint64)        # sorted: a track per key, the first MAX_TRACKS
+        self._lane_ends: dict[int, list[int]] = {}      # track -> each lane's last end
+        self._pending: list[np.ndarray] = []            # work not written yet, in log order
+        self._pending_idx: list[np.ndarray] = []        # its numbers in the log
+        self._pending_n = 0
+        self._release_at = RELEASE_ROWS
+        self._busy: dict[int, _Busy] = {}               # device -> its busy % bins
+        self._copies: list[np.ndarray] = []             # (device, start, end, bytes) per copy, in log order
+        self._nvtx_recs: list[np.ndarray] = []
         model.call_links.on_resolve(self._link)
 
     # -- pass 1
@@ -126,31 +213,64 @@ class GpuConverter(FamilyConverter):
         idx = np.arange(self._n, self._n + recs.size, dtype=np.int64)
         self._n += recs.size
         kind = recs["kind"]
-        work = np.isin(kind, WORK) & (recs["correlation"] != 0)
+        is_work = np.isin(kind, WORK)
+        work = is_work & (recs["correlation"] != 0)
         self._work_key.append((recs["pid"][work].astype(np.uint64) << np.uint64(32)) | recs["correlation"][work])
         self._work_idx.append(idx[work])
+        w = recs[is_work]
+        self._block_end.append(self._n)
+        self._block_min.append(int(w["start"].astype(np.int64).min()) if w.size else NO_WORK)
+        if w.size:
+            self._note_work(w)
         api = recs[kind == R.API]
         if api.size:
-            a = np.zeros(api.size, API)
-            for f, g in (("pid", "pid"), ("tid", "tid"), ("start", "start"), ("end", "end"), ("corr", "correlation"),
-                         ("flags", "flags"), ("cbid", "domain"), ("ret", "value")):
-                a[f] = api[g]
-            a["end"] = np.maximum(a["end"], a["start"])
-            self._api.append(a)
+            start = api["start"].astype(np.int64)
+            for f, c in (("pid", api["pid"]), ("tid", api["tid"]), ("start", start),
+                         ("end", np.maximum(api["end"].astype(np.int64), start)), ("corr", api["correlation"]),
+                         ("flags", api["flags"]), ("cbid", api["domain"]), ("ret", api["value"])):
+                self._api[f].append(c.astype(API[f]))
+
+    def _note_work(self, w: np.ndarray) -> None:
+        """The tracks (device, stream) and each device's time span: known before pass 2 writes."""
+        self._pairs.update(np.unique(_pair_key(w)).tolist())
+        devs, inv = np.unique(w["device"].astype(np.int64), return_inverse=True)
+        start = w["start"].astype(np.int64)
+        end = np.maximum(w["end"].astype(np.int64), start)
+        lows, highs = np.full(devs.size, NO_WORK, np.int64), np.full(devs.size, -1, np.int64)
+        np.minimum.at(lows, inv.ravel(), start)
+        np.maximum.at(highs, inv.ravel(), end)
+        for d, lo, hi in zip(devs.tolist(), lows.tolist(), highs.tolist()):
+            span = self._span.get(d)
+            if span is None:
+                self._span[d] = [lo, hi]
+            else:
+                span[0], span[1] = min(span[0], lo), max(span[1], hi)
 
     def _link(self) -> None:
         """End of pass 1 (call_links asks): each work record's API record, and a flow wanted from the
         CPU call containing it.  Of several API records with one correlation id (a runtime call and
         the driver call it makes), the runtime one, else the earliest."""
         self._has_flow = np.zeros(self._n, bool)
-        if not self._api:
+        if not self._api["pid"]:
+            self._work_key = self._work_idx = []
             return
-        api = np.concatenate(self._api)
-        api = api[np.lexsort((api["start"], (api["flags"] & R.GF_DRIVER) != 0, api["corr"], api["pid"]))]
-        key = (api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"]
+        # column by column, each one's pieces let go once joined (the rows are held once, not twice)
+        api = {}
+        for f in API.names:
+            api[f] = np.concatenate(self._api[f])
+            self._api[f] = []
+        order = np.lexsort((api["start"], (api["flags"] & R.GF_DRIVER) != 0, api["corr"], api["pid"]))
+        key = ((api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"])[order]
         first = np.ones(key.size, bool)
         first[1:] = key[1:] != key[:-1]
-        self.api, key = api[first & (api["corr"] != 0)], key[first & (api["corr"] != 0)]
+        first &= api["corr"][order] != 0
+        kept, key = order[first], key[first]  # the rows kept, in key order
+        del order, first
+        # of the kept rows, the wants hold thread and time (below); self.api keeps the rest: 14
+        # bytes a row, not 46, through call_links' matching
+        self.api = np.empty(kept.size, API_REST)
+        for f in API_REST.names:
+            self.api[f] = api.pop(f)[kept]
         wk, wi = np.concatenate(self._work_key), np.concatenate(self._work_idx)
         self._work_key = self._work_idx = []
         if not key.size or not wk.size:
@@ -160,28 +280,68 @@ class GpuConverter(FamilyConverter):
         j, wi = j[hit], wi[hit]
         self._has_flow[wi] = True
         self._want_api, self._want_flow = j, FLOW_BASE + wi.astype(np.uint64)
-        a = self.api[j]
-        self.model.call_links.want(a["pid"], a["tid"], a["start"], a["end"], self._want_flow)
+        rows = kept[j]
+        self._want_call = [api.pop(f)[rows] for f in CALL]  # shared with call_links, not copied
+        self.model.call_links.want(*self._want_call, self._want_flow)
 
     # -- pass 2
+    def _plan(self, sink) -> None:
+        """Before the first block of pass 2: the watermarks, the tracks, the counters' bins, and the
+        slices made from API records (call_links resolves here; the API records go then)."""
+        self._planned = True
+        unmatched = self.model.call_links.unmatched()  # resolves (and so calls _link) if nobody asked yet
+        self._api_slices(sink, unmatched)
+        self.api, self._want_api, self._want_flow = np.zeros(0, API_REST), np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        self._want_call = []
+        later = np.array(self._block_min, np.int64)
+        self._later_min = np.minimum.accumulate(later[::-1])[::-1] if later.size else later
+        self._block_ends = np.array(self._block_end, np.int64)
+        self._block_end = self._block_min = []
+        self._pair_keys = np.array(sorted(self._pairs), np.uint64)
+        self._pairs = set()
+        for i, dev in enumerate(sorted(self._span)[:MAX_TRACKS]):
+            t0, t1 = self._span[dev]
+            self._busy[dev] = _Busy(t0, t1, binned=i < BINNED_DEVICES)
+
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
-        keep = recs["kind"] != R.API  # API records were read in pass 1 (self.api)
-        self._recs.append(recs[keep])
-        self._idx.append(np.flatnonzero(keep) + self._m)
+        if not self._planned:
+            self._plan(sink)
+        kind = recs["kind"]
+        work = np.flatnonzero(np.isin(kind, WORK))
+        if work.size:
+            w = recs[work]
+            self._pending.append(w)
+            self._pending_idx.append(work + self._m)
+            self._pending_n += w.size
+            c = w[w["kind"] == R.MEMCPY]
+            if c.size:
+                cs = c["start"].astype(np.int64)
+                self._copies.append(np.stack([c["device"].astype(np.int64), cs,
+                                              np.maximum(c["end"].astype(np.int64), cs),
+                                              c["bytes"].astype(np.int64)], 1))
+        nv = recs[kind == R.NVTX]
+        if nv.size:
+            self._nvtx_recs.append(nv)
         self._m += recs.size
+        if self._pending_n >= self._release_at:
+            # no block still to come has work starting before `mark`
+            b = int(np.searchsorted(self._block_ends, self._m, "right"))
+            mark = int(self._later_min[b]) if b < self._later_min.size else NO_WORK
+            self._release(sink, None if mark == NO_WORK else mark)
+            # rows held back (blocks out of time order) are sorted again at the next release: not
+            # before as many again have come (each row is sorted O(1) times on average)
+            self._release_at = max(RELEASE_ROWS, 2 * self._pending_n)
 
     def finish(self, sink) -> None:
-        links = self.model.call_links
-        unmatched = links.unmatched()  # resolves (and so calls _link) if nobody asked yet
-        if not self._recs:
+        if not self._planned:
+            self.model.call_links.unmatched()  # resolves if nobody asked yet
             return
-        recs, idx = np.concatenate(self._recs), np.concatenate(self._idx)
-        self._recs = self._idx = []
-        self._api_slices(sink, unmatched)
-        kind = recs["kind"]
-        work = np.isin(kind, WORK)
-        self._work(sink, recs[work], idx[work])
-        self._nvtx(sink, recs[kind == R.NVTX])
+        self._release(sink, None)
+        self._counters(sink)
+        if self._nvtx_recs:
+            nv = np.concatenate(self._nvtx_recs)
+            self._nvtx_recs = []
+            self._nvtx(sink, nv)
 
     # -- the CPU side: API records no cuda-family slice contains
     def _tid_of(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -196,15 +356,18 @@ class GpuConverter(FamilyConverter):
     def _api_slices(self, sink, unmatched: np.ndarray) -> None:
         if not self._want_api.size or not unmatched.any():
             return
-        rows, flows = self._want_api[unmatched], self._want_flow[unmatched]
+        wants = np.flatnonzero(unmatched)
+        rows, flows = self._want_api[wants], self._want_flow[wants]
         o = np.argsort(rows, kind="stable")
-        rows, flows = rows[o], flows[o]
+        rows, flows, wants = rows[o], flows[o], wants[o]
         u, start, cnt = np.unique(rows, return_index=True, return_counts=True)
         fo = np.zeros((u.size, int(cnt.max())), np.uint64)
         for j in range(fo.shape[1]):
             m = cnt > j
             fo[m, j] = flows[start[m] + j]
-        a = self.api[u]
+        a = {f: c[wants[start]] for f, c in zip(CALL, self._want_call)}  # each row's thread and time
+        rest = self.api[u]
+        a.update((f, rest[f]) for f in API_REST.names)
         driver = (a["flags"] & R.GF_DRIVER) != 0
         names = [(DRIVER_CBIDS if d else RUNTIME_CBIDS).get(c, f"CUDA call (cbid {c})")
                  for d, c in zip(driver.tolist(), a["cbid"].tolist())]
@@ -222,43 +385,67 @@ class GpuConverter(FamilyConverter):
         s = self.strings.get((pid, sid))
         return demangle(s) if s else (fallback if not sid else f"{fallback} #{sid}")
 
-    def _work(self, sink, w: np.ndarray, idx: np.ndarray) -> None:
-        if not w.size:
-            return
-        start = w["start"].astype(np.int64)
+    def _release(self, sink, mark: int | None) -> None:
+        """Write the pending work that starts before `mark` (None: all of it), per track in the order
+        (start, longest first, log order); the rest stays pending."""
+        if self._pending:
+            w, idx = np.concatenate(self._pending), np.concatenate(self._pending_idx)
+            start = w["start"].astype(np.int64)
+            self._pending, self._pending_idx = [], []
+            if mark is not None:
+                go = start < mark
+                if not go.all():
+                    self._pending, self._pending_idx = [w[~go]], [idx[~go]]
+                    w, idx, start = w[go], idx[go], start[go]
+            self._pending_n = sum(p.size for p in self._pending)
+            if w.size:
+                self._work(sink, w, idx, start)
+        for busy in self._busy.values():
+            busy.add_upto(mark)
+
+    def _work(self, sink, w: np.ndarray, idx: np.ndarray, start: np.ndarray) -> None:
         end = np.maximum(w["end"].astype(np.int64), start)
         flow_in = np.where(self._has_flow[idx] if self._has_flow.size == self._n else False,
                            FLOW_BASE + idx.astype(np.uint64), np.uint64(0)).astype(np.uint64)
-        # tracks: (device, stream), the rest on one track past MAX_TRACKS
-        first, tinv = _unique_rows(w["device"], w["stream"])
-        pairs = np.stack([w["device"][first], w["stream"][first]], 1).astype(np.int64)
-        tinv = np.minimum(tinv, MAX_TRACKS)
+        # tracks: (device, stream), in order; past the first MAX_TRACKS all on one
+        key = _pair_key(w)
+        pos = np.searchsorted(self._pair_keys, key)
+        seen = pos < self._pair_keys.size
+        seen[seen] = self._pair_keys[pos[seen]] == key[seen]
+        track = np.where(seen, np.minimum(pos, MAX_TRACKS), MAX_TRACKS)
+        order = np.lexsort((idx, -end, start, track))
+        tracks = track[order]
+        bounds = np.flatnonzero(np.r_[True, tracks[1:] != tracks[:-1], True])
         kind = w["kind"]
-        order = np.argsort(tinv, kind="stable")
-        bounds = np.searchsorted(tinv[order], np.arange(min(pairs.shape[0], MAX_TRACKS + 1) + 1))
-        for t in range(bounds.size - 1):
-            rows = order[bounds[t]:bounds[t + 1]]
-            rows = rows[np.lexsort((-end[rows], start[rows]))]
+        dev = w["device"].astype(np.int64)
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            rows = order[lo:hi]
+            t = int(tracks[lo])
             if t < MAX_TRACKS:
-                dev, stream = pairs[t].tolist()
-                group, track = f"GPU {dev}", f"GPU {dev} \u00b7 stream {stream}"
+                d, stream = int(self._pair_keys[t] >> np.uint64(32)), int(self._pair_keys[t] & np.uint64(0xFFFFFFFF))
+                group, name = f"GPU {d}", f"GPU {d} \u00b7 stream {stream}"
             else:
-                group = track = "GPU (more devices and streams)"
-            for lane, lr in self._lanes(start[rows], end[rows]):
+                group = name = "GPU (more devices and streams)"
+            for lane, lr in self._lanes(start[rows], end[rows], self._lane_ends.setdefault(t, [])):
                 r = rows[lr]
                 for k in WORK:
                     kr = r[kind[r] == k]
                     if kr.size:
-                        self._write_work(sink, k, group, track, lane, w[kr], start[kr], end[kr], flow_in[kr])
-        self._counters(sink, w["device"].astype(np.int64), kind, start, end, w["bytes"])
+                        self._write_work(sink, k, group, name, lane, w[kr], start[kr], end[kr], flow_in[kr])
+        for d in np.unique(dev).tolist():
+            busy = self._busy.get(d)
+            if busy is not None:
+                m = dev == d
+                busy.put(start[m], end[m])
 
     @staticmethod
-    def _lanes(s: np.ndarray, e: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """Rows (sorted by start) split into lanes where none overlaps another (most often: one lane)."""
+    def _lanes(s: np.ndarray, e: np.ndarray, ends: list[int]) -> list[tuple[int, np.ndarray]]:
+        """Rows (sorted by start) split into lanes where none overlaps another (most often: one lane).
+        ends: each lane's last end on this track so far, updated (the first free lane takes a row)."""
         reach = np.maximum.accumulate(e)
-        if s.size < 2 or (s[1:] >= reach[:-1]).all():
+        if len(ends) <= 1 and (not ends or s[0] >= ends[0]) and (s.size < 2 or (s[1:] >= reach[:-1]).all()):
+            ends[:] = [int(reach[-1])]
             return [(0, np.arange(s.size))]
-        ends: list[int] = []
         lane = np.zeros(s.size, np.int64)
         for i, (a, b) in enumerate(zip(s.tolist(), e.tolist())):
             for j, x in enumerate(ends):
@@ -307,19 +494,17 @@ class GpuConverter(FamilyConverter):
         sink.group_slices(group, track, start, end - start, name, CATEGORY[k], args,
                           flow_in=flow_in if flow_in.any() else None, lane=lane)
 
-    def _counters(self, sink, device, kind, start, end, nbytes) -> None:
-        for dev in np.unique(device).tolist()[:MAX_TRACKS]:
-            d = device == dev
-            s, e = start[d], end[d]
-            t0, t1 = int(s.min()), int(e.max())
-            bin_ns = max(1_000_000, -(-(t1 - t0) // MAX_BINS // 1_000_000) * 1_000_000)
-            edges, busy = intervals.busy_fraction(s, e, t0, t1, bin_ns)
+    def _counters(self, sink) -> None:
+        copies = np.concatenate(self._copies) if self._copies else np.zeros((0, 4), np.int64)
+        self._copies = []
+        for dev, busy in self._busy.items():
             group = f"GPU {dev}"
-            # a value holds from its bin's start; a last 0 closes the series at the last edge
-            sink.group_counters(group, f"{group} busy %", edges, np.append(np.round(100 * busy, 3), 0.0))
-            c = d & (kind == R.MEMCPY)
-            if c.any():
-                edges, bw = intervals.copy_bandwidth(start[c], end[c], nbytes[c], t0, t1, bin_ns)
+            # a value holds from its bin's start
+            sink.group_counters(group, f"{group} busy %", busy.edges(), busy.values())
+            c = copies[copies[:, 0] == dev]
+            if c.size:
+                edges, bw = intervals.copy_bandwidth(c[:, 1], c[:, 2], c[:, 3].astype(np.uint64), busy.t0, busy.t1,
+                                                     busy.bin_ns)
                 sink.group_counters(group, f"{group} copy GB/s", edges, np.append(np.round(bw / 1e9, 6), 0.0))
 
     # -- NVTX ranges on their threads

@@ -18,7 +18,7 @@ def merge(starts, ends):
     return s[idx], reach[last]
 
 
-def _covered(s, e, edges):
+def covered(s, e, edges):
     """Time covered by disjoint sorted intervals in each bin [edges[i], edges[i+1])."""
     # Cumulative covered time up to each edge, from the prefix sum of interval lengths.
     cum = np.concatenate(([0], np.cumsum(e - s)))
@@ -36,7 +36,7 @@ def busy_fraction(starts, ends, t0, t1, bin_ns):
     """Bin edges and the fraction of each bin some interval covers (0..1)."""
     edges = np.arange(t0, t1 + bin_ns, bin_ns, dtype=np.int64)
     s, e = merge(starts, ends)
-    return edges, _covered(s, e, edges) / float(bin_ns)
+    return edges, covered(s, e, edges) / float(bin_ns)
 
 
 def copy_bandwidth(starts, ends, nbytes, t0, t1, bin_ns):
