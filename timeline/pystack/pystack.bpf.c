@@ -93,6 +93,7 @@ struct py_thread {
 			    * pushed at the head before the thread binds it: 0
 			    * until then on 3.12+, the creator's id on 3.10/3.11) */
 	__u64 ts;          /* ... at this time */
+	__u64 since;       /* 0, or no thread state found at every search since then */
 };
 
 /* A code object's checksum, remembered (a direct-mapped cache in each
@@ -101,6 +102,7 @@ struct py_thread {
  * made before it, so an address a new code object took is read afresh.  A
  * frame being walked holds its code object: no free can retire it mid-walk. */
 #define CODE_SLOTS 256
+#define SAMPLE_CODE_SLOTS 4096
 struct code_slot {
 	__u64 code;
 	__u32 tgid;
@@ -118,7 +120,7 @@ struct walk_state {
 	__u64 lo, hi;      /* [lo, hi) of the frame stack is in chunk */
 	__u64 f;           /* the next frame */
 	__u64 h;           /* the stack's hash so far */
-	__u32 tgid, gen, epoch;
+	__u32 tgid, gen;
 	__u32 depth;
 	__u8 flags;
 	__u8 pad[7];
@@ -211,6 +213,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_scratch);
 } py_sample_scratch SEC(".maps");
+
+/* CPU samples' code checksums: a direct-mapped cache per CPU, larger than
+ * a thread's (a CPU's samples land in every recorded thread's code: the
+ * main process's, its DataLoader workers', at any depth). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SAMPLE_CODE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct code_slot);
+} py_sample_codes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -329,13 +341,22 @@ static long thread_step(__u64 i, void *data)
 static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u8 *flags)
 {
 	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &tid);
-	struct py_thread upd = {};
 	struct thread_walk w = {};
-	__u64 head, head_id, now;
+	__u64 head, head_id, now = bpf_ktime_get_boot_ns();
 	int err = 0;
 
-	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err)
+	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err) {
 		return c->tstate;
+	}
+	/* Without a thread state through searches NEG_CACHE_NS apart: a C thread
+	 * (OpenMP, torch's intra-op pool), believed so until NEG_CACHE_NS after
+	 * the last search without reading the target's memory (each read of
+	 * it costs a cache and TLB miss in a CPU sample of such a thread).  A
+	 * state it takes meanwhile (PyGILState_Ensure) is found then. */
+	if (c && !c->tstate && c->since && c->ts - c->since >= NEG_CACHE_NS && now - c->ts < NEG_CACHE_NS) {
+		*flags |= TL_PYF_NO_STATE;
+		return 0;
+	}
 	err = 0;
 	w.interp = read_u64(p->runtime + p->rt_interp_head, &err);
 	if (err || !w.interp) {
@@ -349,7 +370,6 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 	}
 	head_id = head ? read_u64(head + p->ts_thread_id, &err) : 0;
 	err = 0;
-	now = bpf_ktime_get_boot_ns();
 	/* "No state" stands while the list's head is unchanged, and so is its
 	 * thread_id: a thread that blocked before binding the state made for it
 	 * is looked for again once it has. */
@@ -365,11 +385,18 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 		*flags |= TL_PYF_FAULT;
 	if (!w.found)
 		*flags |= TL_PYF_NO_STATE;
-	upd.tstate = w.found;
-	upd.head = head;
-	upd.head_id = head_id;
-	upd.ts = now;
-	bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
+	if (c) {  /* in place: an LRU map's update allocates an element (~1.8 us in a sample) */
+		c->since = w.found ? 0 : c->tstate || !c->since ? now : c->since;
+		c->tstate = w.found;
+		c->head = head;
+		c->head_id = head_id;
+		c->ts = now;
+	} else {
+		struct py_thread upd = {.tstate = w.found, .head = head, .head_id = head_id, .ts = now,
+					.since = w.found ? 0 : now};
+
+		bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
+	}
 	return w.found;
 }
 
@@ -382,6 +409,7 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 struct frame_walk {
 	struct tl_py_proc *p;
 	struct py_scratch *t;
+	bool sample;       /* CPU sample: the per-CPU code cache py_sample_codes */
 };
 
 static long frame_step(__u64 i, void *data)
@@ -391,7 +419,7 @@ static long frame_step(__u64 i, void *data)
 	struct py_scratch *t = fw->t;
 	struct walk_state *w = &t->w;
 	__u64 code, prev, ident, name, filename, instr;
-	__u32 off, firstlineno, check, depth = w->depth;
+	__u32 off, firstlineno, check, epoch = 0, depth = w->depth;
 	struct code_slot *slot = NULL;
 
 	if (!w->f)
@@ -443,8 +471,15 @@ static long frame_step(__u64 i, void *data)
 		return 1;
 	}
 	if (p->code_cache) {
-		slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
-		if (slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == w->epoch) {
+		epoch = p->frees[TL_PY_FREE_STRIPE(code)];  /* before the object is read */
+		if (fw->sample) {
+			__u32 k = (code >> 4) & (SAMPLE_CODE_SLOTS - 1);
+
+			slot = bpf_map_lookup_elem(&py_sample_codes, &k);
+		} else {
+			slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
+		}
+		if (slot && slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == epoch) {
 			check = slot->check;
 			goto have_check;
 		}
@@ -479,7 +514,7 @@ static long frame_step(__u64 i, void *data)
 		slot->code = code;
 		slot->tgid = w->tgid;
 		slot->gen = w->gen;
-		slot->epoch = w->epoch;
+		slot->epoch = epoch;
 		slot->check = check;
 	}
 have_check:;
@@ -497,9 +532,9 @@ have_check:;
 
 /* Walk the frames of tstate into t->st; returns the stack id (0: none). */
 static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
-				  __u8 *flags)
+				  bool sample, __u8 *flags)
 {
-	struct frame_walk fw = {.p = p, .t = t};
+	struct frame_walk fw = {.p = p, .t = t, .sample = sample};
 	struct walk_state *w = &t->w;
 	__u64 f;
 	int err = 0;
@@ -515,7 +550,6 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 	w->lo = w->hi = 0;
 	w->tgid = tgid;
 	w->gen = p->gen;
-	w->epoch = p->frees;
 	w->h = 0xCBF29CE484222325ULL;
 	w->depth = 0;
 	w->flags = 0;
@@ -552,20 +586,20 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 }
 
 static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					      __u32 tgid, __u32 tid, __u8 *flags);
+					      __u32 tgid, __u32 tid, bool sample, __u8 *flags);
 
 /* The current thread's stack id (0: none), sending the stack if new. */
 static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					__u32 tgid, __u32 tid, __u8 *flags)
+					__u32 tgid, __u32 tid, bool sample, __u8 *flags)
 {
-	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, flags);
+	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, sample, flags);
 
 	stat_add(ST_WALK_NS, bpf_ktime_get_ns() - t0);
 	return id;
 }
 
 static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					      __u32 tgid, __u32 tid, __u8 *flags)
+					      __u32 tgid, __u32 tid, bool sample, __u8 *flags)
 {
 	struct seen_key key = {};
 	struct tl_py_stack *rec;
@@ -578,7 +612,7 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 		stat(ST_NO_STATE);
 		return 0;
 	}
-	id = walk(p, tstate, t, tgid, flags);
+	id = walk(p, tstate, t, tgid, sample, flags);
 	if (*flags & TL_PYF_TRUNC)
 		stat(ST_TRUNC);
 	if (*flags & TL_PYF_FAULT)
@@ -693,7 +727,7 @@ int tl_py_call(struct pt_regs *ctx)
 	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
+	stack = take_stack(p, &t->s, task, tgid, tid, false, &flags);
 	/* dur: how long the walk took.  The cuda family's program for the same
 	 * hit stamps its slice before this one began or after it ended, never
 	 * later than that by much: the converter joins them so. */
@@ -710,7 +744,7 @@ int tl_py_code_free(struct pt_regs *ctx)
 	struct tl_py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
 
 	if (p && p->code_cache)
-		__sync_fetch_and_add(&p->frees, 1);
+		__sync_fetch_and_add(&p->frees[TL_PY_FREE_STRIPE(PT_REGS_PARM1(ctx))], 1);
 	return 0;
 }
 
@@ -734,7 +768,7 @@ int tl_py_sample(struct bpf_perf_event_data *ctx)
 	s = bpf_map_lookup_elem(&py_sample_scratch, &zero);
 	if (!s)
 		return 0;
-	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, &flags);
+	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, true, &flags);
 	emit(TL_PY_SAMPLE, ts, 0, stack, tid, tgid, 0, flags);
 	return 0;
 }
@@ -778,7 +812,7 @@ int BPF_PROG(tl_py_switch, bool preempt, struct task_struct *prev, struct task_s
 	t = bpf_task_storage_get(&py_task, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, &t->s, prev, tgid, tid, &flags);
+	stack = take_stack(p, &t->s, prev, tgid, tid, false, &flags);
 	if (!stack)
 		return 0;  /* a thread without Python frames: nothing to show for its wait */
 	t->wait_ts = now ? now : bpf_ktime_get_boot_ns();
