@@ -25,8 +25,12 @@
  * Cost (bench/pystack_cost.py): reads of the target's memory dominate, so
  * 3.11+ read the top of the thread's frame stack (its data stack chunk) at
  * once and take most frames from that copy, and a code object's checksum
- * is remembered (struct code_slot) where code_dealloc is probed, the
- * process's epoch of frees retiring what was remembered.  The checksum:
+ * is remembered (struct code_slot) where code_dealloc is probed, each free
+ * retiring what was remembered of addresses in its stripe (tl_py_proc.frees).
+ * CPU samples land in code that was not running a moment ago: every read
+ * of the target's memory there is a cache and TLB miss (~1.3 us more than
+ * the same read at a switch, measured), hence no reads at all for threads
+ * long without a thread state.  The checksum:
  * first line, co_version (3.12+; 3.10 and 3.11: the name's hash and the
  * last bytes of the file name), name and file name pointers.
  *
@@ -98,11 +102,12 @@ struct py_thread {
 
 /* A code object's checksum, remembered (a direct-mapped cache in each
  * scratch) for processes whose code_dealloc is probed: each free there
- * bumps the process's epoch (tl_py_proc.frees), which retires every entry
- * made before it, so an address a new code object took is read afresh.  A
- * frame being walked holds its code object: no free can retire it mid-walk. */
+ * bumps the counter of the freed address's stripe (tl_py_proc.frees), which
+ * retires every entry of that stripe made before it (an entry keeps the
+ * count it was made under, read before the object), so an address a new
+ * code object took is read afresh.  A frame being walked holds its code
+ * object: no free can retire it mid-walk. */
 #define CODE_SLOTS 256
-#define SAMPLE_CODE_SLOTS 4096
 struct code_slot {
 	__u64 code;
 	__u32 tgid;
@@ -213,16 +218,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_scratch);
 } py_sample_scratch SEC(".maps");
-
-/* CPU samples' code checksums: a direct-mapped cache per CPU, larger than
- * a thread's (a CPU's samples land in every recorded thread's code: the
- * main process's, its DataLoader workers', at any depth). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SAMPLE_CODE_SLOTS);
-	__type(key, __u32);
-	__type(value, struct code_slot);
-} py_sample_codes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -409,7 +404,6 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 struct frame_walk {
 	struct tl_py_proc *p;
 	struct py_scratch *t;
-	bool sample;       /* CPU sample: the per-CPU code cache py_sample_codes */
 };
 
 static long frame_step(__u64 i, void *data)
@@ -472,14 +466,8 @@ static long frame_step(__u64 i, void *data)
 	}
 	if (p->code_cache) {
 		epoch = p->frees[TL_PY_FREE_STRIPE(code)];  /* before the object is read */
-		if (fw->sample) {
-			__u32 k = (code >> 4) & (SAMPLE_CODE_SLOTS - 1);
-
-			slot = bpf_map_lookup_elem(&py_sample_codes, &k);
-		} else {
-			slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
-		}
-		if (slot && slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == epoch) {
+		slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
+		if (slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == epoch) {
 			check = slot->check;
 			goto have_check;
 		}
@@ -532,9 +520,9 @@ have_check:;
 
 /* Walk the frames of tstate into t->st; returns the stack id (0: none). */
 static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
-				  bool sample, __u8 *flags)
+				  __u8 *flags)
 {
-	struct frame_walk fw = {.p = p, .t = t, .sample = sample};
+	struct frame_walk fw = {.p = p, .t = t};
 	struct walk_state *w = &t->w;
 	__u64 f;
 	int err = 0;
@@ -586,20 +574,20 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 }
 
 static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					      __u32 tgid, __u32 tid, bool sample, __u8 *flags);
+					      __u32 tgid, __u32 tid, __u8 *flags);
 
 /* The current thread's stack id (0: none), sending the stack if new. */
 static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					__u32 tgid, __u32 tid, bool sample, __u8 *flags)
+					__u32 tgid, __u32 tid, __u8 *flags)
 {
-	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, sample, flags);
+	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, flags);
 
 	stat_add(ST_WALK_NS, bpf_ktime_get_ns() - t0);
 	return id;
 }
 
 static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					      __u32 tgid, __u32 tid, bool sample, __u8 *flags)
+					      __u32 tgid, __u32 tid, __u8 *flags)
 {
 	struct seen_key key = {};
 	struct tl_py_stack *rec;
@@ -612,7 +600,7 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 		stat(ST_NO_STATE);
 		return 0;
 	}
-	id = walk(p, tstate, t, tgid, sample, flags);
+	id = walk(p, tstate, t, tgid, flags);
 	if (*flags & TL_PYF_TRUNC)
 		stat(ST_TRUNC);
 	if (*flags & TL_PYF_FAULT)
@@ -727,7 +715,7 @@ int tl_py_call(struct pt_regs *ctx)
 	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, &t->s, task, tgid, tid, false, &flags);
+	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
 	/* dur: how long the walk took.  The cuda family's program for the same
 	 * hit stamps its slice before this one began or after it ended, never
 	 * later than that by much: the converter joins them so. */
@@ -768,7 +756,7 @@ int tl_py_sample(struct bpf_perf_event_data *ctx)
 	s = bpf_map_lookup_elem(&py_sample_scratch, &zero);
 	if (!s)
 		return 0;
-	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, true, &flags);
+	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, &flags);
 	emit(TL_PY_SAMPLE, ts, 0, stack, tid, tgid, 0, flags);
 	return 0;
 }
@@ -812,7 +800,7 @@ int BPF_PROG(tl_py_switch, bool preempt, struct task_struct *prev, struct task_s
 	t = bpf_task_storage_get(&py_task, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, &t->s, prev, tgid, tid, false, &flags);
+	stack = take_stack(p, &t->s, prev, tgid, tid, &flags);
 	if (!stack)
 		return 0;  /* a thread without Python frames: nothing to show for its wait */
 	t->wait_ts = now ? now : bpf_ktime_get_boot_ns();
