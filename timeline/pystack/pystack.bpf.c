@@ -98,6 +98,7 @@ struct py_thread {
 			    * until then on 3.12+, the creator's id on 3.10/3.11) */
 	__u64 ts;          /* ... at this time */
 	__u64 since;       /* 0, or no thread state found at every search since then */
+	__u64 born;        /* the task's start_time: a reused tid is another thread */
 };
 
 /* A code object's checksum, remembered (a direct-mapped cache in each
@@ -333,22 +334,22 @@ static long thread_step(__u64 i, void *data)
 }
 
 /* This thread's PyThreadState, 0 when it has none. */
-static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u8 *flags)
+static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u64 born, __u8 *flags)
 {
 	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &tid);
 	struct thread_walk w = {};
 	__u64 head, head_id, now = bpf_ktime_get_boot_ns();
 	int err = 0;
 
-	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err) {
+	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err)
 		return c->tstate;
-	}
 	/* Without a thread state through searches NEG_CACHE_NS apart: a C thread
 	 * (OpenMP, torch's intra-op pool), believed so until NEG_CACHE_NS after
 	 * the last search without reading the target's memory (each read of
 	 * it costs a cache and TLB miss in a CPU sample of such a thread).  A
 	 * state it takes meanwhile (PyGILState_Ensure) is found then. */
-	if (c && !c->tstate && c->since && c->ts - c->since >= NEG_CACHE_NS && now - c->ts < NEG_CACHE_NS) {
+	if (c && !c->tstate && c->since && c->born == born && c->ts - c->since >= NEG_CACHE_NS &&
+	    now - c->ts < NEG_CACHE_NS) {
 		*flags |= TL_PYF_NO_STATE;
 		return 0;
 	}
@@ -381,14 +382,15 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 	if (!w.found)
 		*flags |= TL_PYF_NO_STATE;
 	if (c) {  /* in place: an LRU map's update allocates an element (~1.8 us in a sample) */
-		c->since = w.found ? 0 : c->tstate || !c->since ? now : c->since;
+		c->since = w.found ? 0 : c->tstate || !c->since || c->born != born ? now : c->since;
+		c->born = born;
 		c->tstate = w.found;
 		c->head = head;
 		c->head_id = head_id;
 		c->ts = now;
 	} else {
 		struct py_thread upd = {.tstate = w.found, .head = head, .head_id = head_id, .ts = now,
-					.since = w.found ? 0 : now};
+					.since = w.found ? 0 : now, .born = born};
 
 		bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
 	}
@@ -595,7 +597,7 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 	__u8 one = 1;
 
 	stat(ST_WALKS);
-	tstate = find_tstate(p, tid, BPF_CORE_READ(task, thread.fsbase), flags);
+	tstate = find_tstate(p, tid, BPF_CORE_READ(task, thread.fsbase), BPF_CORE_READ(task, start_time), flags);
 	if (!tstate) {
 		stat(ST_NO_STATE);
 		return 0;
