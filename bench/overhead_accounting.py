@@ -1,7 +1,7 @@
 """What timeline costs a training run, accounted in CPU time (issue 6, workload 2).
 
     sudo python bench/overhead_accounting.py [--model cnn|mlp] [--steps 300] [--events default|LIST]
-                                             [--runs N] [--src DIR ...]
+                                             [--runs N] [--src DIR ...] [--progs PREFIX]
 
 Step-time ratios on this 2-core VM drift by ±15% between identical runs
 (bench/overhead.py reports them with their spread), far more than the
@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import psutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -219,6 +220,7 @@ def one_run(src: str, args) -> dict:
         stdout = recorder.stdout.read()
         raw = out[: -len(".pftrace")] + ".tlraw"
         raw_size = os.path.getsize(raw) if os.path.exists(raw) else 0
+        py = pystack_counts(raw) if os.path.exists(raw) else {}
     line = next((ln for ln in stdout.splitlines() if ln.startswith("BENCH ")), None)
     work = sum(tree_cpu.values())
     watch.close()
@@ -231,7 +233,49 @@ def one_run(src: str, args) -> dict:
     return {"src": src, "steps": len(json.loads(line[6:])["step_s"]) if line else 0, "progs": progs,
             "work": work, "probe_s": probe_s, "rec_s": rec_s, "load_s": load_s, "rec_all_s": rec_ns / 1e9,
             "probe_pct": pct(probe_s), "rec_pct": pct(rec_s), "load_pct": pct(load_s),
-            "added_pct": pct(probe_s + rec_s), "steady_pct": steady, "raw_mb": raw_size / 1e6, "conv_s": conv_s}
+            "added_pct": pct(probe_s + rec_s), "steady_pct": steady, "raw_mb": raw_size / 1e6, "conv_s": conv_s,
+            "py": py}
+
+
+def pystack_line(r: dict) -> str:
+    """BPF time per stack taken: tl_py_sample per sample, tl_py_switch per
+    switch walk (walks that are neither samples nor calls), py_stats' own."""
+    py, rt = r["py"], {name: t for name, t, _ in r["progs"].values()}
+    sw = py["walks"] - py["samples"] - py["calls"]
+    per = lambda t, n: f"{t / n:,.0f} ns" if n > 0 else "-"  # noqa: E731
+    return (f"pystack: {py['samples']:,} samples, tl_py_sample {per(rt.get('tl_py_sample', 0), py['samples'])} "
+            f"a sample; {sw:,} switch walks ({py['waits']:,} waits recorded), tl_py_switch "
+            f"{per(rt.get('tl_py_switch', 0), sw)} a walk; py_stats walk_ns/walks {per(py['walk_ns'], py['walks'])}; "
+            f"{py['stacks']:,} distinct stacks, {py['unresolved']:,} frames unresolved")
+
+
+def pystack_counts(raw: str) -> dict:
+    """The pystack family's records by kind (call, wait, sample) and its last
+    py_stats, from the raw log: per-program BPF time over the number of
+    stacks it took (a sample program runs on every CPU's timer, for any task)."""
+    from timeline.pystack import records as R
+    from timeline.rawlog import KIND_META, KIND_RING, RawLogReader
+    kinds = {R.PY_CALL: "calls", R.PY_WAIT: "waits", R.PY_SAMPLE: "samples"}
+    n = dict.fromkeys(kinds.values(), 0)
+    stats: dict = {}
+    rd = RawLogReader(raw)
+    try:
+        for b in rd.blocks():
+            if b.kind == KIND_RING and b.ring == R.RING_PYSTACK:
+                off = 0
+                while off + 8 <= len(b.payload):  # BPF ring records: a u32 length, a u32, the record, to 8 bytes
+                    size = int.from_bytes(b.payload[off:off + 4], "little") & 0x3FFFFFFF
+                    if size == R.PY_EVENT.itemsize:
+                        kind = np.frombuffer(b.payload, R.PY_EVENT, 1, off + 8)["kind"][0]
+                        if kind in kinds:
+                            n[kinds[kind]] += 1
+                    off += 8 + (size + 7) // 8 * 8
+            elif b.kind == KIND_META and b"py_stats" in b.payload[:40]:
+                stats = b.json()
+    finally:
+        rd.close()
+    return {**n, "walks": stats.get("walks", 0), "walk_ns": stats.get("walk_ns", 0),
+            "stacks": stats.get("stacks", 0), "unresolved": stats.get("unresolved_frames", 0)}
 
 
 def steady_pct(series: list[tuple[float, int, int, float]]) -> float:
@@ -275,6 +319,8 @@ def main() -> None:
     ap.add_argument("--events", default="default")
     ap.add_argument("--tty", action="store_true", help="recorder on a terminal, with its status line")
     ap.add_argument("--runs", type=int, default=1, help="runs per source (alternating), medians reported")
+    ap.add_argument("--progs", default="", metavar="PREFIX",
+                    help="with several runs: each run's BPF programs whose names start so (runs, ns/run)")
     ap.add_argument("--src", action="append", default=[],
                     help="checkout whose timeline package to run (repeatable; default: this one)")
     args = ap.parse_args()
@@ -298,6 +344,11 @@ def main() -> None:
                           f"{r['load_s'] * 1e3:.1f} ms {r['load_pct']:.2f} %), added {r['added_pct']:.2f} %, "
                           f"steady {r['steady_pct']:.2f} %",
                           flush=True)
+                    for name, rt, cnt in sorted(r["progs"].values(), key=lambda v: -v[1]):
+                        if args.progs and name.startswith(args.progs) and cnt:
+                            print(f"    {name:18s} {cnt:10,d} runs {rt / cnt:8.0f} ns/run {rt / 1e6:9.1f} ms", flush=True)
+                    if args.progs and r["py"].get("walks"):
+                        print("    " + pystack_line(r), flush=True)
     finally:
         with open(STATS, "w") as f:
             f.write(old)

@@ -109,20 +109,27 @@ def main():
         exec(compile("def gen():\n    block(0.002)\n", "template.py", "exec"), ns)
         template = ns["gen"]
         addresses = set()
+        calls = []  # each call's [start, end], on the trace's clock: its waits lie within
+        now = lambda: time.clock_gettime_ns(time.CLOCK_BOOTTIME)  # noqa: E731
         for i in range(n):
             if same == "2":
                 code = template.__code__.replace(co_filename=f"generated_{i}.py")
                 fn = types.FunctionType(code, ns)
                 addresses.add(id(code))
+                t0 = now()
                 fn()
+                calls.append([t0, now()])
                 del fn, code  # freed here: the next copy takes its address
                 continue
             name = "gen" if same == "1" else f"gen_{i}"
             ns = {"block": block}
             exec(compile(f"def {name}():\n    block(0.002)\n", f"generated_{i}.py", "exec"), ns)
+            t0 = now()
             ns[name]()
+            calls.append([t0, now()])
             del ns  # the code object is freed here: the next one may take its address
         out["code_addresses"] = len(addresses)
+        out["calls"] = calls
     elif mode == "spin":
         cpu_s = float(sys.argv[2])
         side = threading.Thread(target=side_spin, args=(cpu_s, out))

@@ -25,8 +25,12 @@
  * Cost (bench/pystack_cost.py): reads of the target's memory dominate, so
  * 3.11+ read the top of the thread's frame stack (its data stack chunk) at
  * once and take most frames from that copy, and a code object's checksum
- * is remembered (struct code_slot) where code_dealloc is probed, the
- * process's epoch of frees retiring what was remembered.  The checksum:
+ * is remembered (struct code_slot) where code_dealloc is probed, each free
+ * retiring what was remembered of addresses in its stripe (tl_py_proc.frees).
+ * CPU samples land in code that was not running a moment ago: every read
+ * of the target's memory there is a cache and TLB miss (~1.3 us more than
+ * the same read at a switch, measured), hence no reads at all for threads
+ * long without a thread state.  The checksum:
  * first line, co_version (3.12+; 3.10 and 3.11: the name's hash and the
  * last bytes of the file name), name and file name pointers.
  *
@@ -93,13 +97,17 @@ struct py_thread {
 			    * pushed at the head before the thread binds it: 0
 			    * until then on 3.12+, the creator's id on 3.10/3.11) */
 	__u64 ts;          /* ... at this time */
+	__u64 since;       /* 0, or no thread state found at every search since then */
+	__u64 born;        /* the task's start_time: a reused tid is another thread */
 };
 
 /* A code object's checksum, remembered (a direct-mapped cache in each
  * scratch) for processes whose code_dealloc is probed: each free there
- * bumps the process's epoch (tl_py_proc.frees), which retires every entry
- * made before it, so an address a new code object took is read afresh.  A
- * frame being walked holds its code object: no free can retire it mid-walk. */
+ * bumps the counter of the freed address's stripe (tl_py_proc.frees), which
+ * retires every entry of that stripe made before it (an entry keeps the
+ * count it was made under, read before the object), so an address a new
+ * code object took is read afresh.  A frame being walked holds its code
+ * object: no free can retire it mid-walk. */
 #define CODE_SLOTS 256
 struct code_slot {
 	__u64 code;
@@ -118,7 +126,7 @@ struct walk_state {
 	__u64 lo, hi;      /* [lo, hi) of the frame stack is in chunk */
 	__u64 f;           /* the next frame */
 	__u64 h;           /* the stack's hash so far */
-	__u32 tgid, gen, epoch;
+	__u32 tgid, gen;
 	__u32 depth;
 	__u8 flags;
 	__u8 pad[7];
@@ -326,16 +334,25 @@ static long thread_step(__u64 i, void *data)
 }
 
 /* This thread's PyThreadState, 0 when it has none. */
-static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u8 *flags)
+static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u64 born, __u8 *flags)
 {
 	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &tid);
-	struct py_thread upd = {};
 	struct thread_walk w = {};
-	__u64 head, head_id, now;
+	__u64 head, head_id, now = bpf_ktime_get_boot_ns();
 	int err = 0;
 
 	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err)
 		return c->tstate;
+	/* Without a thread state through searches NEG_CACHE_NS apart: a C thread
+	 * (OpenMP, torch's intra-op pool), believed so until NEG_CACHE_NS after
+	 * the last search without reading the target's memory (each read of
+	 * it costs a cache and TLB miss in a CPU sample of such a thread).  A
+	 * state it takes meanwhile (PyGILState_Ensure) is found then. */
+	if (c && !c->tstate && c->since && c->born == born && c->ts - c->since >= NEG_CACHE_NS &&
+	    now - c->ts < NEG_CACHE_NS) {
+		*flags |= TL_PYF_NO_STATE;
+		return 0;
+	}
 	err = 0;
 	w.interp = read_u64(p->runtime + p->rt_interp_head, &err);
 	if (err || !w.interp) {
@@ -349,7 +366,6 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 	}
 	head_id = head ? read_u64(head + p->ts_thread_id, &err) : 0;
 	err = 0;
-	now = bpf_ktime_get_boot_ns();
 	/* "No state" stands while the list's head is unchanged, and so is its
 	 * thread_id: a thread that blocked before binding the state made for it
 	 * is looked for again once it has. */
@@ -365,11 +381,19 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 		*flags |= TL_PYF_FAULT;
 	if (!w.found)
 		*flags |= TL_PYF_NO_STATE;
-	upd.tstate = w.found;
-	upd.head = head;
-	upd.head_id = head_id;
-	upd.ts = now;
-	bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
+	if (c) {  /* in place: an LRU map's update allocates an element (~1.8 us in a sample) */
+		c->since = w.found ? 0 : c->tstate || !c->since || c->born != born ? now : c->since;
+		c->born = born;
+		c->tstate = w.found;
+		c->head = head;
+		c->head_id = head_id;
+		c->ts = now;
+	} else {
+		struct py_thread upd = {.tstate = w.found, .head = head, .head_id = head_id, .ts = now,
+					.since = w.found ? 0 : now, .born = born};
+
+		bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
+	}
 	return w.found;
 }
 
@@ -391,7 +415,7 @@ static long frame_step(__u64 i, void *data)
 	struct py_scratch *t = fw->t;
 	struct walk_state *w = &t->w;
 	__u64 code, prev, ident, name, filename, instr;
-	__u32 off, firstlineno, check, depth = w->depth;
+	__u32 off, firstlineno, check, epoch = 0, depth = w->depth;
 	struct code_slot *slot = NULL;
 
 	if (!w->f)
@@ -443,8 +467,9 @@ static long frame_step(__u64 i, void *data)
 		return 1;
 	}
 	if (p->code_cache) {
+		epoch = p->frees[TL_PY_FREE_STRIPE(code)];  /* before the object is read */
 		slot = &t->codes[(code >> 4) & (CODE_SLOTS - 1)];
-		if (slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == w->epoch) {
+		if (slot->code == code && slot->tgid == w->tgid && slot->gen == w->gen && slot->epoch == epoch) {
 			check = slot->check;
 			goto have_check;
 		}
@@ -479,7 +504,7 @@ static long frame_step(__u64 i, void *data)
 		slot->code = code;
 		slot->tgid = w->tgid;
 		slot->gen = w->gen;
-		slot->epoch = w->epoch;
+		slot->epoch = epoch;
 		slot->check = check;
 	}
 have_check:;
@@ -515,7 +540,6 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 	w->lo = w->hi = 0;
 	w->tgid = tgid;
 	w->gen = p->gen;
-	w->epoch = p->frees;
 	w->h = 0xCBF29CE484222325ULL;
 	w->depth = 0;
 	w->flags = 0;
@@ -573,7 +597,7 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 	__u8 one = 1;
 
 	stat(ST_WALKS);
-	tstate = find_tstate(p, tid, BPF_CORE_READ(task, thread.fsbase), flags);
+	tstate = find_tstate(p, tid, BPF_CORE_READ(task, thread.fsbase), BPF_CORE_READ(task, start_time), flags);
 	if (!tstate) {
 		stat(ST_NO_STATE);
 		return 0;
@@ -710,7 +734,7 @@ int tl_py_code_free(struct pt_regs *ctx)
 	struct tl_py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
 
 	if (p && p->code_cache)
-		__sync_fetch_and_add(&p->frees, 1);
+		__sync_fetch_and_add(&p->frees[TL_PY_FREE_STRIPE(PT_REGS_PARM1(ctx))], 1);
 	return 0;
 }
 

@@ -41,6 +41,8 @@
 #define TL_PY_NONE 65535  /* an offset the layout does not have */
 #define TL_PY_WINDOW 80   /* bytes read at once from a frame and from a code object */
 #define TL_PY_CHUNK 16384 /* bytes of a thread's frame stack (3.11+: data stack chunk) read at once */
+#define TL_PY_FREE_STRIPES 64  /* tl_py_proc.frees: counters of freed code objects, by address */
+#define TL_PY_FREE_STRIPE(code) (((code) >> 4) & (TL_PY_FREE_STRIPES - 1))
 
 /* One Python frame: the code object, the byte offset of the instruction in
  * its bytecode (0xffffffff: not started), and a checksum of the code
@@ -94,7 +96,6 @@ struct tl_py_proc {
 	__u16 ts_datastack;     /* tstate -> datastack_chunk, datastack_top after it (3.11+); TL_PY_NONE: 3.10 */
 	__u16 chunk_data;       /* _PyStackChunk.data */
 	__u32 gen;              /* this entry's number: keys of per-image caches (a new image, a new number) */
-	__u32 frees;            /* code objects freed since (counted by tl_py_code_free): cache epoch */
 	__u8 code_cache;        /* code_dealloc is probed: code checksums may be cached */
 	__u8 pad;
 	__u16 str_length;       /* str objects (PyASCIIObject): length, state bits, */
@@ -102,6 +103,11 @@ struct tl_py_proc {
 	__u16 str_ascii;        /* where a compact ASCII string's data starts, */
 	__u16 str_compact;      /* and a compact non-ASCII one's */
 	__u8 pad2[2];
+	/* Code objects freed since (counted by tl_py_code_free), by stripe of
+	 * their address (TL_PY_FREE_STRIPE): a cached checksum stands while its
+	 * stripe's count is what it was, so a free retires 1/64th of the cache. */
+	__u32 frees[TL_PY_FREE_STRIPES];
+	__u32 pad3;
 };
 
 /* The ring's record. */

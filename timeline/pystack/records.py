@@ -32,6 +32,7 @@ PY_INSTR_INDEX = 1
 PY_NONE = 65535
 PY_WINDOW = 80
 PY_CHUNK = 16384
+PY_FREE_STRIPES = 64
 
 PY_FRAME = np.dtype([("code", "<u8"), ("instr", "<u4"), ("check", "<u4")])
 
@@ -74,7 +75,6 @@ PY_PROC = np.dtype(
         ("ts_datastack", "<u2"),
         ("chunk_data", "<u2"),
         ("gen", "<u4"),
-        ("frees", "<u4"),
         ("code_cache", "u1"),
         ("pad", "u1"),
         ("str_length", "<u2"),
@@ -82,6 +82,8 @@ PY_PROC = np.dtype(
         ("str_ascii", "<u2"),
         ("str_compact", "<u2"),
         ("pad2", "u1", (2,)),
+        ("frees", "<u4", (PY_FREE_STRIPES,)),
+        ("pad3", "<u4"),
     ]
 )
 
