@@ -79,9 +79,9 @@ def test_receive_answered_at_once_makes_no_slice(default_min):
 
 @pytest.mark.parametrize("name", ["nonblock", "polled"])
 def test_nonblocking_socket_never_makes_a_slice(default_min, name):
-    """A receive on an O_NONBLOCK socket cannot wait in the call, so its entry
-    is not even kept: no slice however long the call took (the polled one
-    copies megabytes, milliseconds here, after waiting in select())."""
+    """A receive on an O_NONBLOCK socket cannot wait in the call: no slice
+    however long the call took (the polled one copies megabytes, milliseconds
+    here, after waiting in select(); a slice before the fix)."""
     job, slices, _ = default_min
     case = job[name]
     if name == "nonblock":
@@ -93,7 +93,7 @@ def test_nonblocking_socket_never_makes_a_slice(default_min, name):
 
 def test_blocking_socket_at_a_high_fd_is_a_slice(default_min):
     """Made non-blocking and blocking again, then dup'ed past the first fd
-    table: the entry reads the file's current flags at that fd."""
+    table: what counts is the file's O_NONBLOCK at the call."""
     job, slices, _ = default_min
     (got,) = slices.get(job["highfd"]["tid"], [])
     assert got[1] >= 25e6 and got[2] == 100, got

@@ -39,7 +39,6 @@ const volatile struct tl_net_event tl_net_event_layout = {};
 #define AF_INET6 10
 #define MSG_PEEK 2
 #define MSG_DONTWAIT 0x40
-#define O_NONBLOCK 04000
 #define EAGAIN 11
 #define NET_TX_VEC 2
 #define NET_RX_VEC 3
@@ -283,7 +282,10 @@ static __always_inline void recv_wait(struct sock *sk, struct net_sk *s, int ret
 	__u64 start = r->ts;
 	__u32 nr = r->nr;
 	r->ts = 0;
-	if (now - start < recv_min_ns)
+	/* The kernel passes MSG_DONTWAIT for a socket whose file is O_NONBLOCK
+	 * (Gloo's device threads, NCCL's socket transport, asyncio): such a call
+	 * never waits, even when copying megabytes takes milliseconds. */
+	if ((flags & MSG_DONTWAIT) || now - start < recv_min_ns)
 		return;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (BPF_CORE_READ(regs, orig_ax) != nr)
@@ -383,51 +385,28 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
 	return 0;
 }
 
-/* bpf_rdonly_cast: the verifier rewrites it to a plain move (no call); it lets
- * the file pointer read out of the fd array be loaded from directly. */
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-
-/* Whether the current task's fd is an open file with O_NONBLOCK: a receive on
- * it returns at once (EAGAIN) instead of waiting.  Direct (fault-safe) loads
- * through the task; one probe read, for the fd array slot the verifier cannot
- * type.  The syscall reads the same slot right after, so it costs no extra
- * cache misses to speak of. */
-static __always_inline bool fd_nonblocking(struct task_struct *task, __u64 fd)
-{
-	struct fdtable *fdt = task->files->fdt;
-	struct file *f = NULL;
-
-	if (fd >= fdt->max_fds)  /* also rejects a negative fd (unsigned) */
-		return false;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]) || !f)
-		return false;
-	struct file *file = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
-	return file->f_flags & O_NONBLOCK;
-}
-
 /* The start of a receive syscall of a tracked thread.  These tracepoints fire
- * for every recvfrom/recvmsg on the machine, so the cheapest rejections come
- * first: MSG_DONTWAIT (an argument); a thread with no BPF task storage at all
- * that is not tracked (most threads of the machine: one hash lookup); a
- * socket whose file is O_NONBLOCK (Gloo's device threads, NCCL's socket
- * transport, asyncio: woken by epoll, they never wait in the call) before
- * the task storage is touched.  recvmmsg (several messages per call, each its
- * own wait) and read() on a socket (not how Gloo or NCCL receive) are left
- * out. */
-static __always_inline int recv_enter(long nr, __u64 fd, __u64 flags)
+ * for every recvfrom/recvmsg on the machine: a thread that has its entry
+ * already (it was tracked at an earlier receive) finds it through the task,
+ * others stop at the tracked lookup.  MSG_DONTWAIT calls cannot block: no
+ * entry.  Calls on an O_NONBLOCK file cannot either, but keep one: resolving
+ * fd -> file here (task->files->fdt->fd[fd]->f_flags) measured ~80 ns a run
+ * more in the gloo bench than the task storage and clock it saves, and an
+ * empty program here costs ~85% of this one (docs/benchmarks.md).  Their
+ * receive carries MSG_DONTWAIT (the kernel adds it), which recv_wait drops.
+ * recvmmsg (several messages per call, each its own wait) and read() on a
+ * socket (not how Gloo or NCCL receive) are left out. */
+static __always_inline int recv_enter(long nr, __u64 flags)
 {
 	if (flags & MSG_DONTWAIT)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct net_recv_entry *r = NULL;
 
-	if (!task->bpf_storage && !tl_is_tracked(tid))
-		return 0;
-	if (fd_nonblocking(task, fd))
-		return 0;
-	struct net_recv_entry *r = bpf_task_storage_get(&net_recv_entries, task, NULL, 0);
+	if (task->bpf_storage)  /* most threads on the machine have no BPF storage at all: no helper call */
+		r = bpf_task_storage_get(&net_recv_entries, task, NULL, 0);
 	if (!r) {
-		if (!tl_is_tracked(tid))  /* a thread with other BPF storage */
+		if (!tl_is_tracked((__u32)bpf_get_current_pid_tgid()))
 			return 0;
 		r = bpf_task_storage_get(&net_recv_entries, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!r)
@@ -441,13 +420,13 @@ static __always_inline int recv_enter(long nr, __u64 fd, __u64 flags)
 SEC("tp/syscalls/sys_enter_recvfrom")
 int tl_net_recvfrom(struct trace_event_raw_sys_enter *ctx)
 {
-	return recv_enter(ctx->id, ctx->args[0], ctx->args[3]);  /* fd, buf, len, flags, addr, addrlen */
+	return recv_enter(ctx->id, ctx->args[3]);  /* fd, buf, len, flags, addr, addrlen */
 }
 
 SEC("tp/syscalls/sys_enter_recvmsg")
 int tl_net_recvmsg(struct trace_event_raw_sys_enter *ctx)
 {
-	return recv_enter(ctx->id, ctx->args[0], ctx->args[2]);  /* fd, msg, flags */
+	return recv_enter(ctx->id, ctx->args[2]);  /* fd, msg, flags */
 }
 
 SEC("tp_btf/sock_send_length")
