@@ -72,13 +72,31 @@ def _no_slice_unless_measured_long(case, slices, min_s):
     assert len(got) <= sum(c >= min_s for c in case["calls"]), (got, case)
 
 
-@pytest.mark.parametrize("name", ["immediate", "nonblock"])
-def test_receives_that_did_not_wait_make_no_slice(default_min, name):
+def test_receive_answered_at_once_makes_no_slice(default_min):
+    job, slices, _ = default_min
+    _no_slice_unless_measured_long(job["immediate"], slices, 1e-3)
+
+
+@pytest.mark.parametrize("name", ["nonblock", "polled"])
+def test_nonblocking_socket_never_makes_a_slice(default_min, name):
+    """A receive on an O_NONBLOCK socket cannot wait in the call: no slice
+    however long the call took (the polled one copies megabytes, milliseconds
+    here, after waiting in select(); a slice before the fix)."""
     job, slices, _ = default_min
     case = job[name]
     if name == "nonblock":
         assert case["bytes"] == [-1] * 20  # EAGAIN every time
-    _no_slice_unless_measured_long(case, slices, 1e-3)
+    else:
+        assert 0 < case["bytes"][0] <= case["sent"], case
+    assert slices.get(case["tid"], []) == [], (slices.get(case["tid"]), case)
+
+
+def test_blocking_socket_at_a_high_fd_is_a_slice(default_min):
+    """Made non-blocking and blocking again, then dup'ed past the first fd
+    table: what counts is the file's O_NONBLOCK at the call."""
+    job, slices, _ = default_min
+    (got,) = slices.get(job["highfd"]["tid"], [])
+    assert got[1] >= 25e6 and got[2] == 100, got
 
 
 def test_minimum_option(default_min, min_100ms):
@@ -89,7 +107,7 @@ def test_minimum_option(default_min, min_100ms):
     assert medium[1] >= 25e6 and medium[2] == 100, medium
     job, slices, _ = min_100ms
     assert len(slices.get(job["blocked"]["tid"], [])) == 1, slices
-    for name in ("medium", "short", "immediate", "nonblock"):
+    for name in ("medium", "short", "immediate", "nonblock", "polled", "highfd"):
         _no_slice_unless_measured_long(job[name], slices, 0.1)
     assert min(job["short"]["calls"]) < 0.1  # at least one short call was checked
 

@@ -282,7 +282,10 @@ static __always_inline void recv_wait(struct sock *sk, struct net_sk *s, int ret
 	__u64 start = r->ts;
 	__u32 nr = r->nr;
 	r->ts = 0;
-	if (now - start < recv_min_ns)
+	/* The kernel passes MSG_DONTWAIT for a socket whose file is O_NONBLOCK
+	 * (Gloo's device threads, NCCL's socket transport, asyncio): such a call
+	 * never waits, even when copying megabytes takes milliseconds. */
+	if ((flags & MSG_DONTWAIT) || now - start < recv_min_ns)
 		return;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (BPF_CORE_READ(regs, orig_ax) != nr)
@@ -386,8 +389,13 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, bool tx)
  * for every recvfrom/recvmsg on the machine: a thread that has its entry
  * already (it was tracked at an earlier receive) finds it through the task,
  * others stop at the tracked lookup.  MSG_DONTWAIT calls cannot block: no
- * entry.  recvmmsg (several messages per call, each its own wait) and read()
- * on a socket (not how Gloo or NCCL receive) are left out. */
+ * entry.  Calls on an O_NONBLOCK file cannot either, but keep one: resolving
+ * fd -> file here (task->files->fdt->fd[fd]->f_flags) measured ~80 ns a run
+ * more in the gloo bench than the task storage and clock it saves, and an
+ * empty program here costs ~85% of this one (docs/benchmarks.md).  Their
+ * receive carries MSG_DONTWAIT (the kernel adds it), which recv_wait drops.
+ * recvmmsg (several messages per call, each its own wait) and read() on a
+ * socket (not how Gloo or NCCL receive) are left out. */
 static __always_inline int recv_enter(long nr, __u64 flags)
 {
 	if (flags & MSG_DONTWAIT)
