@@ -1,13 +1,14 @@
 """Added step time of the net family on a 2-rank gloo all-reduce (issue 24).
 
-    sudo python bench/net_cost.py [--steps 100] [--mib 4] [--reps 3] [--mode gloo|socket] [--softirq]
+    sudo python bench/net_cost.py [--steps 100] [--mib 4] [--reps 3] [--mode gloo|socket] [--softirq] [--recv-min-ms MS]
 
 Two network namespaces joined by a veth pair (made here, removed at the end),
 rank 0 in one and rank 1 in the other (tests/system/net_job.py): `--steps`
 all-reduces of a `--mib` MiB float32 tensor over gloo (or, with --mode socket,
 the same bytes exchanged over one TCP connection).  Runs alternate
 `record -e sched` (net off) and `record -e sched,net` (net on; with --softirq
-also `record -e sched,net --net-softirq`), `--reps` times each; reported: median step time of each, the added share, and the net
+also `record -e sched,net --net-softirq`; with --recv-min-ms, `--net-recv-min-ms MS`: blocked
+receives, whose syscall-entry probes are off by default), `--reps` times each; reported: median step time of each, the added share, and the net
 family's records per second of recording (from the recorder's summary).
 """
 from __future__ import annotations
@@ -109,16 +110,19 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mode", choices=("gloo", "socket"), default="gloo")
     ap.add_argument("--softirq", action="store_true", help="a third arm: net with --net-softirq")
+    ap.add_argument("--recv-min-ms", help="another arm: net with --net-recv-min-ms (blocked receives)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("net_cost: run as root (namespaces, eBPF)")
     ns = (f"tlb{os.getpid()}a", f"tlb{os.getpid()}b")
     try:
         make_namespaces(*ns)
-        off, on, on_sq, rates, bpf, progs, per_run = [], [], [], [], [], {}, {}
+        off, on, on_sq, on_rv, rates, bpf, bpf_rv, progs, per_run = [], [], [], [], [], [], [], {}, {}
         arms = [("sched", [], off), ("sched,net", [], on)]
         if args.softirq:
             arms.append(("sched,net", ["--net-softirq"], on_sq))
+        if args.recv_min_ms:
+            arms.append(("sched,net", ["--net-recv-min-ms", args.recv_min_ms], on_rv))
         subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
         with tempfile.TemporaryDirectory() as tmp:
             port = 29600
@@ -128,6 +132,8 @@ def main() -> None:
                     with BpfTime() as t:
                         step, rate = run(events, extra, ns, port, args, tmp)
                     into.append(step)
+                    if into is on_rv:
+                        bpf_rv.append(t.ns / (args.steps + 1))
                     if events.endswith("net") and not extra:
                         rates.append(rate)
                         bpf.append(t.ns / (args.steps + 1))  # + the warm-up all-reduce (and the setup)
@@ -148,9 +154,15 @@ def main() -> None:
             c = statistics.median(on_sq)
             print(f"median step with --net-softirq {c * 1e3:.3f} ms, added {100 * (c - a) / a:+.2f}%; per-rep ratios: "
                   + ", ".join(f"{r:.3f}" for r in sorted(c_ / a_ for a_, c_ in zip(off, on_sq))))
+        if on_rv:
+            c, k = statistics.median(on_rv), statistics.median(bpf_rv)
+            print(f"with --net-recv-min-ms {args.recv_min_ms}: median step {c * 1e3:.3f} ms; net programs' kernel time "
+                  f"{k / 1e3:.1f} us per step (both ranks) = {100 * k / (a * 1e9):.2f}% of one CPU-step, "
+                  f"{50 * k / (a * 1e9):.2f}% of each rank's")
         k = statistics.median(bpf)
         print(f"net programs' kernel time (without --net-softirq): median {k / 1e3:.1f} us per step (both ranks, all CPUs) = "
-              f"{100 * k / (a * 1e9):.2f}% of one CPU-step of {a * 1e3:.3f} ms: "
+              f"{100 * k / (a * 1e9):.2f}% of one CPU-step of {a * 1e3:.3f} ms ({50 * k / (a * 1e9):.2f}% of each "
+              f"rank's): "
               + ", ".join(f"{n} {statistics.median(v) / 1e3:.1f}" for n, v in sorted(progs.items())))
         print("per program run (median over reps): "
               + ", ".join(f"{n} {statistics.median(x[0] for x in v):.0f} ns x {statistics.median(x[1] for x in v):.0f}/step"

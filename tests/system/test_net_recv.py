@@ -44,8 +44,8 @@ def _record(tmp, *extra):
 
 
 @pytest.fixture(scope="module")
-def default_min(tmp_path_factory):
-    return _record(tmp_path_factory.mktemp("netrecv"))
+def min_1ms(tmp_path_factory):
+    return _record(tmp_path_factory.mktemp("netrecv"), "--net-recv-min-ms", "1")
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,8 @@ def min_100ms(tmp_path_factory):
     return _record(tmp_path_factory.mktemp("netrecv"), "--net-recv-min-ms", "100")
 
 
-def test_blocked_receive_is_one_slice_on_its_thread(default_min):
-    job, slices, _ = default_min
+def test_blocked_receive_is_one_slice_on_its_thread(min_1ms):
+    job, slices, _ = min_1ms
     case = job["blocked"]
     (got,) = slices.get(case["tid"], [])  # exactly one
     _, dur, nbytes, local, peer, conn = got
@@ -72,17 +72,17 @@ def _no_slice_unless_measured_long(case, slices, min_s):
     assert len(got) <= sum(c >= min_s for c in case["calls"]), (got, case)
 
 
-def test_receive_answered_at_once_makes_no_slice(default_min):
-    job, slices, _ = default_min
+def test_receive_answered_at_once_makes_no_slice(min_1ms):
+    job, slices, _ = min_1ms
     _no_slice_unless_measured_long(job["immediate"], slices, 1e-3)
 
 
 @pytest.mark.parametrize("name", ["nonblock", "polled"])
-def test_nonblocking_socket_never_makes_a_slice(default_min, name):
+def test_nonblocking_socket_never_makes_a_slice(min_1ms, name):
     """A receive on an O_NONBLOCK socket cannot wait in the call: no slice
     however long the call took (the polled one copies megabytes, milliseconds
     here, after waiting in select(); a slice before the fix)."""
-    job, slices, _ = default_min
+    job, slices, _ = min_1ms
     case = job[name]
     if name == "nonblock":
         assert case["bytes"] == [-1] * 20  # EAGAIN every time
@@ -91,18 +91,18 @@ def test_nonblocking_socket_never_makes_a_slice(default_min, name):
     assert slices.get(case["tid"], []) == [], (slices.get(case["tid"]), case)
 
 
-def test_blocking_socket_at_a_high_fd_is_a_slice(default_min):
+def test_blocking_socket_at_a_high_fd_is_a_slice(min_1ms):
     """Made non-blocking and blocking again, then dup'ed past the first fd
     table: what counts is the file's O_NONBLOCK at the call."""
-    job, slices, _ = default_min
+    job, slices, _ = min_1ms
     (got,) = slices.get(job["highfd"]["tid"], [])
     assert got[1] >= 25e6 and got[2] == 100, got
 
 
-def test_minimum_option(default_min, min_100ms):
+def test_minimum_option(min_1ms, min_100ms):
     """30 ms waits are slices at 1 ms, not at 100 ms; the 300 ms one is in both;
     receives answered at once (short) are none at 100 ms."""
-    job, slices, _ = default_min
+    job, slices, _ = min_1ms
     (medium,) = slices.get(job["medium"]["tid"], [])
     assert medium[1] >= 25e6 and medium[2] == 100, medium
     job, slices, _ = min_100ms
@@ -112,8 +112,9 @@ def test_minimum_option(default_min, min_100ms):
     assert min(job["short"]["calls"]) < 0.1  # at least one short call was checked
 
 
-def test_zero_minimum_turns_it_off(tmp_path):
-    job, slices, _ = _record(tmp_path, "--net-recv-min-ms", "0")
+@pytest.mark.parametrize("extra", [(), ("--net-recv-min-ms", "0")], ids=["default", "zero"])
+def test_off_by_default_and_at_zero(tmp_path, extra):
+    job, slices, _ = _record(tmp_path, *extra)
     assert slices == {}, slices
     assert job["blocked"]["calls"][0] >= 0.3  # the receive did block
 
@@ -125,8 +126,8 @@ def test_bad_minimum_is_one_line(tmp_path):
     assert "--net-recv-min-ms" in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
 
 
-def test_chrome_json_has_the_slice(default_min, tmp_path):
-    job, _, path = default_min
+def test_chrome_json_has_the_slice(min_1ms, tmp_path):
+    job, _, path = min_1ms
     out = str(tmp_path / "t.json")
     cp = timeline_cmd("convert", "--format", "chrome", "-o", out, path[:-len(".pftrace")] + ".tlraw")
     assert cp.returncode == 0, cp.stderr
@@ -136,7 +137,7 @@ def test_chrome_json_has_the_slice(default_min, tmp_path):
     assert blocked[0]["args"]["peer"] == job["blocked"]["peer"] and blocked[0]["args"]["bytes"] == 1234
 
 
-def test_slice_in_the_ui(default_min, tmp_path):
+def test_slice_in_the_ui(min_1ms, tmp_path):
     """The bundled Perfetto UI (headless Chromium) shows the receiving thread's
     track with its slice; screenshot to $TIMELINE_SCREENSHOT_DIR (docs/img/)."""
     import shutil
@@ -145,7 +146,7 @@ def test_slice_in_the_ui(default_min, tmp_path):
 
     from test_view import Browser, Viewer
 
-    job, _, path = default_min
+    job, _, path = min_1ms
     tp = open_trace(path)
     try:
         (pid,) = tp.query(f"select p.pid from thread t join process p using (upid) "

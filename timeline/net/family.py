@@ -25,10 +25,13 @@ class NetOptions:
     net_softirq: bool = option(False, "--net-softirq", is_flag=True,
                                help="net family: also NET_RX/NET_TX softirq time per CPU (a probe on every "
                                     "softirq of the machine, most of the family's cost; off by default).")
-    net_recv_min_ms: float = option(1.0, "--net-recv-min-ms", type=float, metavar="MS",
+    # off by default: the entry probe's dispatch alone (~470 ns a call on this VM) put the family
+    # over 1% of a gloo rank's step, whose non-blocking receives never make a slice
+    # (docs/benchmarks.md, network family)
+    net_recv_min_ms: float = option(0.0, "--net-recv-min-ms", type=float, metavar="MS",
                                     help="net family: a recv()/recvmsg() that blocked at least this long is a "
-                                         f"'recv blocked' slice (at least {MIN_RECV_MS:g}; default 1); 0 turns "
-                                         "the receive-syscall probes off.")
+                                         f"'recv blocked' slice (at least {MIN_RECV_MS:g}, e.g. 1; default 0: "
+                                         "off, no receive-syscall probes).")
 
 NET = Family(
     name="net",

@@ -29,7 +29,7 @@ class NetPlugin(RecorderPlugin):
 
     @property
     def recv_min_ms(self) -> float:
-        return self.options.net_recv_min_ms if self.options is not None else 1.0
+        return self.options.net_recv_min_ms if self.options is not None else 0.0
 
     def preflight(self) -> None:
         if not recv_min_ok(self.recv_min_ms):
