@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -68,10 +69,7 @@ def stream_bytes(data, spans) -> tuple[int, int, dict[str, int]]:
     """Samples in StreamingProfilePackets, the bytes of their packets (framing, thread descriptors,
     sequence ids and flags included; interned data not), and those bytes by field."""
     n = total = 0
-    by_field: dict[str, int] = {}
-
-    def add(name, k):
-        by_field[name] = by_field.get(name, 0) + k
+    by_field: Counter = Counter()
     for a, b in spans:
         fields = list(trace_file.iter_fields(data[a:b]))
         if not any(f[0] in (PKT_STREAMING_PROFILE, PKT_THREAD_DESCRIPTOR) for f in fields):
@@ -83,11 +81,11 @@ def stream_bytes(data, spans) -> tuple[int, int, dict[str, int]]:
             elif num == PKT_STREAMING_PROFILE:
                 inner = 0
                 for f in trace_file.iter_fields(data[a + start:a + stop]):
-                    add("callstack id" if f[0] == 1 else "time (us)", f[4] - inner)
+                    by_field["callstack id" if f[0] == 1 else "time (us)"] += f[4] - inner
                     n += f[0] == 1
                     inner = f[4]
         total += size
-    add("packets (framing, sequence, thread descriptors)", total - sum(by_field.values()))
+    by_field["packets (framing, sequence, thread descriptors)"] += total - sum(by_field.values())
     return n, total, by_field
 
 
@@ -99,27 +97,24 @@ def sample_bytes(path: str) -> tuple[int, int, dict[str, int]]:
     if got[0]:
         return got
     n = total = 0
-    by_field: dict[str, int] = {}
-
-    def add(name, k):
-        by_field[name] = by_field.get(name, 0) + k
+    by_field: Counter = Counter()
     for a, b in spans:
         fields = list(trace_file.iter_fields(data[a:b]))
         if not any(f[0] == PKT_PERF_SAMPLE for f in fields):
             continue
         n += 1
         total += b - a + 1 + len(ev_varint(b - a))
-        add("framing", 1 + len(ev_varint(b - a)))
+        by_field["framing"] += 1 + len(ev_varint(b - a))
         pos = 0
         for num, _, _, start, stop in fields:
             if num == PKT_PERF_SAMPLE:
-                add(FIELD_NAMES[num], start - pos)
+                by_field[FIELD_NAMES[num]] += start - pos
                 inner = 0
                 for f in trace_file.iter_fields(data[a + start:a + stop]):
-                    add(FIELD_NAMES.get(f[0], f"PerfSample.{f[0]}"), f[4] - inner)
+                    by_field[FIELD_NAMES.get(f[0], f"PerfSample.{f[0]}")] += f[4] - inner
                     inner = f[4]
             else:
-                add(FIELD_NAMES.get(num, f"TracePacket.{num}"), stop - pos)
+                by_field[FIELD_NAMES.get(num, f"TracePacket.{num}")] += stop - pos
             pos = stop
     return n, total, by_field
 

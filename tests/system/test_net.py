@@ -186,11 +186,7 @@ def test_connection_tracks_in_the_ui(lossy, tmp_path):
     try:
         browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
         browser.call("Page.navigate", url=v.url)
-        browser.wait_for_text([f" {pid}"], 90)
-        # expand the rank's process group: its connection tracks are inside
-        browser.call("Runtime.evaluate", expression=f"""
-            for (const e of document.querySelectorAll('.pf-track__title'))
-                if (e.innerText.trim().endsWith(' {pid}')) {{ e.click(); break; }}""")
+        browser.open_process(pid)  # the rank's process group: its connection tracks are inside
         want = f"net {ADDR0}:"
         txt = browser.wait_for_text([want, "srtt_ms", "sent_bytes_per_s"], 60)
         time.sleep(1.5)

@@ -158,10 +158,7 @@ def test_slice_in_the_ui(min_1ms, tmp_path):
     try:
         browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=900, deviceScaleFactor=1, mobile=False)
         browser.call("Page.navigate", url=v.url)
-        browser.wait_for_text([f" {pid}"], 90)
-        browser.call("Runtime.evaluate", expression=f"""
-            for (const e of document.querySelectorAll('.pf-track__title'))
-                if (e.innerText.trim().endsWith(' {pid}')) {{ e.click(); break; }}""")
+        browser.open_process(pid)
         txt = browser.wait_for_text(["recv-blocked", "recv-medium"], 60)
         time.sleep(1.5)
         shot = str(tmp_path / "net-recv-blocked.png")

@@ -320,6 +320,13 @@ class Browser:
                 return txt
             time.sleep(0.2)
 
+    def open_process(self, pid: int, timeout: float = 90) -> None:
+        """Wait for the process group titled '<name> <pid>' and expand it (a click on its title)."""
+        self.wait_for_text([f" {pid}"], timeout)
+        self.call("Runtime.evaluate", expression=f"""
+            for (const e of document.querySelectorAll('.pf-track__title'))
+                if (e.innerText.trim().endsWith(' {pid}')) {{ e.click(); break; }}""")
+
     def screenshot(self, path: str) -> None:
         with open(path, "wb") as f:
             f.write(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
