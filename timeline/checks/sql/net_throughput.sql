@@ -1,7 +1,8 @@
 -- Achieved throughput per connection (net family counters 'net <local> ↔
 -- <peer> sent_bytes_per_s' / 'received_bytes_per_s', one value per 10 ms
 -- bucket, 0 after an idle one): bytes moved divided by the time it was moving
--- them (its active buckets), against the best connection of the trace.  A
+-- them (its active buckets), against the best connection of the trace, each
+-- direction as its receiving end saw it.  A
 -- link much slower than the others, at the same job, is a slow path.
 create or replace perfetto table _tl_nt_pts as
 select t.id as track, t.name, c.ts, c.value,
@@ -16,9 +17,25 @@ select name, substr(name, 5, length(name) - 4 - iif(name glob '* sent_bytes_per_
   min(ts) as ts, max(ts) - min(ts) as dur
 from _tl_nt_pts group by track;
 
+-- A direction is measured where its bytes arrive: a blocking send() of many MB
+-- returns once, so its bytes land in the bucket where it returned and the sent
+-- side reads several times faster than the link (a clean veth: sent 3200 MiB/s,
+-- received 1000-1800).  So a 'sent' row counts only when its receiving end was
+-- not recorded (no 'received' row for the mirrored connection; merged traces
+-- label the peer '(rank N)', left out of the match).
+create or replace perfetto table _tl_nt_ends as
+select *, substr(conn, 1, instr(conn, ' ↔ ') - 1) as near,
+  substr(conn, instr(conn, ' ↔ ') + 3) as far_label
+from _tl_nt where active_ns > 0 and bytes >= ${min_mib} * 1048576;
+
+create or replace perfetto table _tl_nt_dir as
+select *, iif(instr(far_label, ' (') > 0, substr(far_label, 1, instr(far_label, ' (') - 1), far_label) as far
+from _tl_nt_ends;
+
 create or replace perfetto table _tl_nt_rate as
-select *, bytes / (active_ns / 1e9) as rate from _tl_nt
-where active_ns > 0 and bytes >= ${min_mib} * 1048576;
+select d.*, bytes / (active_ns / 1e9) as rate from _tl_nt_dir d
+where d.dir = 'received'
+   or not exists (select 1 from _tl_nt_dir r where r.dir = 'received' and r.near = d.far and r.far = d.near);
 
 create or replace perfetto table _tl_nt_best as
 select max(rate) as best from _tl_nt_rate;
