@@ -9,12 +9,13 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import pytest
 
 from timeline.pystack import records as R
 from timeline.trace_processor import open_trace
-from helpers import REPO, SUDO_NOBODY, require_root, timeline_cmd
+from helpers import REPO, SUDO_NOBODY, assert_one_row_per_pid_and_tid, require_root, timeline_cmd
 from pystack_pythons import OLD, PYTHONS
 from test_cuda_record import slices
 
@@ -166,3 +167,19 @@ def test_sudo_mode_reads_as_the_user(udir):
     with open_trace(trace) as tp:
         rows = [r for r in waits(tp) if " recurse \u2190 " in r["py"]]
         assert len(rows) == 1 and rows[0]["py"].startswith(f"pystack_workers.py:{block_line()} block ")
+
+
+def test_dataloader_workers_samples_make_no_ghost_rows(tmp_path):
+    """CPU samples of DataLoader workers that exit before the recording ends: each sample
+    sequence's thread descriptor is timestamped at its first sample, so trace_processor files
+    it under the live worker (untimed, it took the latest time read, past the worker's exit,
+    and made a second copy of the process)."""
+    require_root()
+    trace = str(tmp_path / "dl.pftrace")
+    cp = timeline_cmd("record", "-e", "sched,pystack", "-o", trace, "--", sys.executable,
+                      os.path.join(REPO, "examples", "train_dataloader.py"), "--steps", "20", "--batch", "8",
+                      "--data", str(tmp_path / "data"), timeout=240)
+    assert cp.returncode == 0, cp.stderr
+    with open_trace(trace) as tp:
+        assert_one_row_per_pid_and_tid(tp)
+        assert tp.query("select count(*) from cpu_profile_stack_sample").rows[0][0] > 0

@@ -200,3 +200,35 @@ def test_a_trace_set_has_every_sample_in_its_chunk(tmp_path):
         got += rows
     assert [r[0] for r in got] == to_the_us(recs["ts"]) and [r[1] for r in got] == recs["tid"].tolist()
     assert {(r[2], r[3]) for r in got} == {(PID, "inner (train.py:12)")}
+
+
+def test_a_worker_that_exited_before_its_samples_are_written_has_no_ghost(tmp_path):
+    """The samples' thread descriptor is timestamped at the thread's first sample: a packet without
+    a time is filed at the latest time trace_processor has read, here past the worker's exit, which
+    made a second copy of the worker's process."""
+    from helpers import assert_one_row_per_pid_and_tid
+    worker = PID + 10
+    b = LogBuilder(target_pid=PID)
+    b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
+    b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
+    b.fork(T(3), 0, PID, PID, worker, worker, "python3", "python3")
+    b.exit(T(50), 0, worker, worker, "python3", group_dead=True)
+    b.switch(T(900), 0, PID, 0)  # the log reads on past the worker's exit before the samples come
+    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 99}
+    b.flush()
+    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
+                              "stacks": [[worker, f"{STACK:x}", 0, [0, 1, 2]]]}))
+    a = np.zeros(20, R.PY_EVENT)
+    a["ts"] = T(10) + np.arange(20) * 1_000_000
+    a["tid"], a["tgid"], a["kind"], a["stack_id"] = worker, worker, R.PY_SAMPLE, STACK
+    b.header["rings"][str(R.RING_PYSTACK)] = {"name": "pystack", "record_size": R.PY_EVENT.itemsize,
+                                              "stride": ev.ring_stride(R.PY_EVENT)}
+    b.blocks.append(("ring", (R.RING_PYSTACK, ev.encode_ring_bytes(a))))
+    b.write(str(tmp_path / "w.tlraw"), end_block(stop_ts=T(1000)))
+    out = str(tmp_path / "w.pftrace")
+    convert(str(tmp_path / "w.tlraw"), out)
+    with open_trace(out) as tp:
+        assert_one_row_per_pid_and_tid(tp)
+        rows = tp.query(f"select count(*) from cpu_profile_stack_sample join thread using (utid) "
+                        f"where tid = {worker}").rows
+    assert rows == [(20,)]

@@ -233,6 +233,10 @@ class ThreadStackSamples:
                 self._flush(seq)
                 flags = SEQ_CLEARED if seq.clock_us is None else SEQ_NEEDS_STATE
                 seq.clock_us = int(t[0])
+                # timestamped (BOOTTIME, its first sample's): trace_processor files the thread
+                # there; without one it takes the latest time read so far, which can be past a
+                # DataLoader worker's exit, and a second, ghost copy of the process appears
+                head += f_varint(PKT_TIMESTAMP, int(ts[lo]))
                 head += f_len(PKT_THREAD_DESCRIPTOR, f_varint(_TD.PID_FIELD_NUMBER, key_[0])
                               + f_varint(_TD.TID_FIELD_NUMBER, key_[1])
                               + f_varint(_TD.REFERENCE_TIMESTAMP_US_FIELD_NUMBER, seq.clock_us))
