@@ -464,9 +464,11 @@ def _groups(tp, pid: int) -> tuple[str, list[str]]:
 
 
 def _callstacks(title: str) -> bool:
-    """The pystack family's sampled call stacks: a process' or thread's own
-    'Process Callstacks' / '<thread> Callstacks <tid>' tracks, inside its group."""
-    return title == "Process Callstacks" or " Callstacks " in title
+    """The pystack family's call stacks: a process' or thread's own
+    'Process Callstacks' / '<thread> Callstacks <tid>' tracks (stacks at calls
+    and waits) and '<thread> (CPU Stack Samples)' (the CPU timer's), inside
+    its group."""
+    return title == "Process Callstacks" or " Callstacks " in title or title.endswith(" (CPU Stack Samples)")
 
 
 @pytest.mark.parametrize("which", ["demo", "cuda", "16 CPUs"])

@@ -45,9 +45,11 @@ PYSTACK = Family(
     requires="Linux >= 5.17 (BTF tracepoints, task storage, uprobe attach cookies, bpf_loop)",
     supported=kernel_supported,
     options=PyStackOptions,
-    # opt-in (-e ...,pystack) until its cost fits the 2% budget: bench/overhead_accounting.py's
-    # cnn run (600 steps) goes from 0.70% to 2.26% added CPU with it, 1.36% in the steady state
-    default_on=False,
+    # on by default: the budget is the step time while training (issue 6), and in the steady
+    # state bench/overhead_accounting.py's cnn / mlp runs go from 0.51% / 0.76% added CPU to
+    # 1.36% / 1.60% with it; what it adds once (naming the imports' stacks, ~0.17 CPU-s, and
+    # code_dealloc traps, which fire at start-up and exit, not per step) is not step time
+    default_on=True,
     plugin="timeline.pystack.plugin:PyStackPlugin",
     converters=("timeline.pystack.converter:PyStackConverter",),
     check_data=(CheckData("pystack", "exists(select 1 from cpu_profile_stack_sample) or exists(select 1 from perf_sample)",
