@@ -163,6 +163,9 @@ class CallLinks:
             got = np.full(pid.size, -1, np.int64)  # seq of the matched call
             if calls:
                 cseq, ctid, cpid, cts, cend = calls
+                if cut is not None:  # the calls that can hold these wants (not those started after them)
+                    early = cts <= t0.max()
+                    cseq, ctid, cpid, cts, cend = (c[early] for c in calls)
                 known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), self._known)
                 self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
                 self._match(got, ~known, pid, t0, t1, cpid, cseq, cts, cend, outermost=False)

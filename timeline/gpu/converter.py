@@ -21,8 +21,9 @@ context, not in time order, so pass 1 notes each ring-7 block's earliest work st
 earliest start of the blocks still to come (the watermark) releases every pending row that starts
 before it, sorted per track: the same tracks, lanes and slices as sorting all the work at once.
 The busy % counter adds each released stretch's covered time to its bins (integers: the same sums);
-the copy GB/s counter keeps (start, end, bytes) per copy.  The slices made from API records are
-written at the first block (call_links resolves then); NVTX ranges (a few per step) in finish().
+the copy GB/s counter keeps (start, end, bytes) per copy.  The work is tied to its API records and
+calls ahead of pass 2, in windows of time (links.py, call_links.py); the slices made from API records
+are written as the link settles them, NVTX ranges (a few per step) in finish().
 """
 from __future__ import annotations
 

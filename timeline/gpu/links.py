@@ -95,7 +95,7 @@ class WorkLinks:
             if cut is None:
                 settle = np.ones(key.size, bool)
             else:  # every record of an id whose first one started before the cut
-                settle = _member(key, np.unique(key[api[2] < cut]))
+                settle = _member(key, np.sort(key[api[2] < cut]))
                 if not settle.all():
                     self._api = [tuple(c[~settle] for c in api)]
             a = [c[settle] for c in api]
@@ -115,9 +115,12 @@ class WorkLinks:
         # not settled: no API record yet, read within the window, or its id's records still held
         wait = ~hit
         if cut is not None:
-            held = np.unique(_key(self._api[0][0], self._api[0][4])) if self._api else np.zeros(0, np.uint64)
-            wait &= (stamp >= cut) | _member(wk, held)
-            self.late += int((~hit & ~wait).sum())
+            old = np.flatnonzero(wait & (stamp < cut))
+            if old.size and self._api:  # (rare: its API record came after it, near the cut)
+                held = np.sort(_key(self._api[0][0], self._api[0][4]))
+                old = old[~_member(wk[old], held)]
+            wait[old] = False
+            self.late += int(old.size)
         if wait.any():
             self._work = [(wk[wait], wi[wait], stamp[wait])]
         if chosen is None or not hit.any():
