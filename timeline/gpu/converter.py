@@ -21,7 +21,7 @@ context, not in time order, so pass 1 notes each ring-7 block's earliest work st
 earliest start of the blocks still to come (the watermark) releases every pending row that starts
 before it, sorted per track: the same tracks, lanes and slices as sorting all the work at once.
 The busy % counter adds each released stretch's covered time to its bins (integers: the same sums);
-the copy GB/s counter keeps (start, end, bytes) per copy.  The work is tied to its API records and
+the copy GB/s counter adds each copy's bytes to its bins as it comes.  The work is tied to its API records and
 calls ahead of pass 2, in windows of time (links.py, call_links.py); the slices made from API records
 are written as the link settles them, NVTX ranges (a few per step) in finish().
 """
@@ -43,6 +43,7 @@ MAX_BINS = 20_000             # counter points per GPU; bins are at least 1 ms
 PID_MAX = 1 << 22             # a tid above this is not a kernel thread id
 NO_WORK = np.iinfo(np.int64).max  # a block's earliest work start when it has none
 RELEASE_ROWS = 1 << 16        # pending work rows that make pass 2 write what it can
+NVTX_FIELDS = np.dtype([(f, R.GPU_RECORD[f]) for f in ("pid", "tid", "start", "end", "name", "domain", "flags")])
 BINNED_DEVICES = 64           # GPUs whose busy % is binned as work is written (the rest: in finish())
 # CUPTI callback ids of the calls the injection library traces (cupti_runtime_cbid.h /
 # cupti_driver_cbid.h; ids are stable across CUDA versions): names for the slices made from API
@@ -125,6 +126,8 @@ class _Busy:
         self.covered: np.ndarray | None = None
         self._s: list[np.ndarray] = []   # intervals not counted yet: from the last mark on
         self._e: list[np.ndarray] = []
+        self.copied: np.ndarray | None = None  # bytes copied in each bin (binned), else:
+        self._copies: list[np.ndarray] = []    # (start, end, bytes) per copy
 
     def edges(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Bin edges lo..hi (inclusive; None: the last)."""
@@ -156,6 +159,28 @@ class _Busy:
         lo = max((int(s[0]) - self.t0) // self.bin_ns, 0)
         hi = min(-(-(int(e[-1]) - self.t0) // self.bin_ns), self.n_edges - 1)
         self.covered[lo:hi] += intervals.covered(s, e, self.edges(lo, hi))
+
+    def add_copies(self, s: np.ndarray, e: np.ndarray, nbytes: np.ndarray) -> None:
+        """Copies (any order: each one's bytes are spread over its own duration)."""
+        if not self.binned:
+            self._copies.append(np.stack([s, e, nbytes.astype(np.int64)], 1))
+            return
+        if self.copied is None:
+            self.copied = np.zeros(self.n_edges - 1, np.float64)
+        lo = min(max((int(s.min()) - self.t0) // self.bin_ns, 0), self.n_edges - 1)
+        hi = min(-(-(int(np.maximum(e, s + 1).max()) - self.t0) // self.bin_ns), self.n_edges - 1)
+        if hi > lo:
+            self.copied[lo:hi] += intervals.copy_moved(s, e, nbytes, self.edges(lo, hi))
+
+    def copy_values(self) -> np.ndarray | None:
+        """GB/s from each edge on (a last 0 closes it); None: no copies."""
+        if self._copies:
+            c = np.concatenate(self._copies)
+            self._copies = []
+            self.copied = intervals.copy_moved(c[:, 0], c[:, 1], c[:, 2].astype(np.uint64), self.edges())
+        if self.copied is None:
+            return None
+        return np.append(np.round(self.copied / (self.bin_ns / 1e9) / 1e9, 6), 0.0)
 
     def values(self) -> np.ndarray:
         """busy % from each edge on (a last 0 closes the series at the last edge)."""
@@ -191,7 +216,6 @@ class GpuConverter(FamilyConverter):
         self._pending_n = 0
         self._release_at = RELEASE_ROWS
         self._busy: dict[int, _Busy] = {}               # device -> its busy % bins
-        self._copies: list[np.ndarray] = []             # (device, start, end, bytes) per copy, in log order
         self._nvtx_recs: list[np.ndarray] = []
         self._links = WorkLinks(model.call_links, _waits_for_work)  # made ahead of pass 2, in windows
 
@@ -261,13 +285,10 @@ class GpuConverter(FamilyConverter):
             self._pending_n += w.size
             c = w[w["kind"] == R.MEMCPY]
             if c.size:
-                cs = c["start"].astype(np.int64)
-                self._copies.append(np.stack([c["device"].astype(np.int64), cs,
-                                              np.maximum(c["end"].astype(np.int64), cs),
-                                              c["bytes"].astype(np.int64)], 1))
+                self._add_copies(c)
         nv = recs[kind == R.NVTX]
-        if nv.size:
-            self._nvtx_recs.append(nv)
+        if nv.size:  # the fields _nvtx reads (a quarter of the record)
+            self._nvtx_recs.append(np.array(nv[list(NVTX_FIELDS.names)], NVTX_FIELDS))
         self._m += recs.size
         if self._pending_n >= self._release_at:
             # no block still to come has work starting before `mark`
@@ -436,18 +457,23 @@ class GpuConverter(FamilyConverter):
         sink.group_slices(group, track, start, end - start, name, CATEGORY[k], args,
                           flow_in=flow_in if flow_in.any() else None, lane=lane)
 
+    def _add_copies(self, c: np.ndarray) -> None:
+        dev = c["device"].astype(np.int64)
+        for d in np.unique(dev).tolist():
+            busy = self._busy.get(d)
+            if busy is not None:
+                m = c[dev == d]
+                s = m["start"].astype(np.int64)
+                busy.add_copies(s, np.maximum(m["end"].astype(np.int64), s), m["bytes"].astype(np.uint64))
+
     def _counters(self, sink) -> None:
-        copies = np.concatenate(self._copies) if self._copies else np.zeros((0, 4), np.int64)
-        self._copies = []
         for dev, busy in self._busy.items():
             group = f"GPU {dev}"
             # a value holds from its bin's start
             sink.group_counters(group, f"{group} busy %", busy.edges(), busy.values())
-            c = copies[copies[:, 0] == dev]
-            if c.size:
-                edges, bw = intervals.copy_bandwidth(c[:, 1], c[:, 2], c[:, 3].astype(np.uint64), busy.t0, busy.t1,
-                                                     busy.bin_ns)
-                sink.group_counters(group, f"{group} copy GB/s", edges, np.append(np.round(bw / 1e9, 6), 0.0))
+            bw = busy.copy_values()
+            if bw is not None:
+                sink.group_counters(group, f"{group} copy GB/s", busy.edges(), bw)
 
     # -- NVTX ranges on their threads
     def _nvtx(self, sink, r: np.ndarray) -> None:
