@@ -95,6 +95,20 @@ class GpuLog:
                  domain=domain, value=depth)
 
     def write(self, path, block=7, reverse=True) -> str:
+        b = self.builder()
+        if self.calls:
+            calls = np.concatenate(self.calls)
+            for i in range(0, calls.size, 50):
+                b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(calls[i:i + 50]))))
+        gpu = np.concatenate(self.gpu)
+        # CUPTI hands buffers over out of time order: blocks in reverse (unless told otherwise)
+        starts = range(0, gpu.size, block)
+        for i in reversed(starts) if reverse else starts:
+            b.blocks.append(("ring", (R.RING_GPU, ev.encode_ring_bytes(gpu[i:i + block]))))
+        return b.write(path, end=end_block(stop_ts=us(self.span_us + 100)))
+
+    def builder(self) -> LogBuilder:
+        """The log up to the families' records: header, processes, switches, kernel names."""
         b = LogBuilder(ncpu=2, target_pid=PID)
         b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
         for rid, dt, nm in ((cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, "cuda"),
@@ -109,16 +123,7 @@ class GpuLog:
         b.flush()
         b.blocks.append(("meta", {"type": "gpu_strings", "pid": PID,
                                   "strings": {str(k): v for k, v in self.strings.items()}}))
-        if self.calls:
-            calls = np.concatenate(self.calls)
-            for i in range(0, calls.size, 50):
-                b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(calls[i:i + 50]))))
-        gpu = np.concatenate(self.gpu)
-        # CUPTI hands buffers over out of time order: blocks in reverse (unless told otherwise)
-        starts = range(0, gpu.size, block)
-        for i in reversed(starts) if reverse else starts:
-            b.blocks.append(("ring", (R.RING_GPU, ev.encode_ring_bytes(gpu[i:i + block]))))
-        return b.write(path, end=end_block(stop_ts=us(self.span_us + 100)))
+        return b
 
 
 def full_log(cuda=True) -> GpuLog:

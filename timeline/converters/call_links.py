@@ -3,16 +3,31 @@
 The cuda family writes a slice per CUDA call on the calling thread; the gpu
 family knows, from CUPTI's API records, which call (thread, start, end)
 caused each kernel or copy, but not which slice that is.  Neither imports
-the other; they meet here, through the model (`LogModel.call_links`):
+the other; they meet here, through the model (`LogModel.call_links`).
 
-- pass 1: the writer of call slices `offer`s them (thread, process, start,
-  duration), numbered in the order it will write them; the asker registers
-  `on_resolve(fn)`, where fn `want`s a flow per caused slice: "from the call
-  on thread tid (of process pid) that contains [t0, t1], flow id F";
-- pass 2: the first question resolves every want at once (vectorised): the
-  writer asks `flows(seq)` for the flow ids leaving each of its rows, the
-  asker `unmatched()` for the wants no offered call contains (it writes
-  those calls itself).
+The link is made in pass 2, in windows of time, so that what it holds does
+not grow with the recording (issue 23): a call, its API record and its GPU
+work lie close together in the log (the work's record comes once it ran and
+CUPTI flushed its buffer).  A reader of its own runs ahead of pass 2 over the
+rings that `follow` names, and:
+
+- the writer of call slices `offer`s them (thread, process, start,
+  duration), numbered in the order it will write them; in pass 1 it names its
+  `threads` (a CUPTI thread id the writer never knew is matched otherwise);
+- the asker `register`s wants_fn(cut) -> (pid, tid, t0, t1, flow) arrays,
+  "a flow F from the call on thread tid (of process pid) that contains
+  [t0, t1]", for what it holds that can no longer change (what started
+  before `cut`; cut None: the log has ended), and unmatched_fn(mask): the
+  wants of that round no offered call contains (it writes those calls
+  itself);
+- the writer asks `flows(seq)` for the flow ids leaving its rows; the asker
+  `advance`s until what it writes next is settled.
+
+Time in the window is the latest CPU time read ahead (`tick`): what started
+WINDOW_NS before it is settled.  A call ends its time in the window once
+nothing that could still come can fall inside it; a partner that comes later
+than the window is not linked (the asker counts those).  A log shorter than
+the window is linked at its end, in one round, as a whole.
 
 Matching: on the thread, the outermost call containing [t0, t1] (the call the
 program made: cudaLaunchKernel rather than the cuLaunchKernel it makes
@@ -24,90 +39,145 @@ the process's calls: the innermost one containing [t0, t1].
 """
 from __future__ import annotations
 
+from typing import Callable, Iterator
+
 import numpy as np
 
 ENTRY_SLACK_NS = 20_000
+WINDOW_NS = 5_000_000_000  # how late a partner may come: 25 of CUPTI's 200 ms flushes, and queued GPU work
+STEP_NS = WINDOW_NS // 4   # a round of matching each time the window moves this far
 
 
 class CallLinks:
     def __init__(self):
-        self._calls: list[tuple[np.ndarray, ...]] = []  # (seq, tid, pid, ts, end)
+        self.read_ahead: Callable[[set], Iterator] | None = None  # rings -> (ring, recs) of each block
+        self._threads: set[int] = set()        # pass 1: pid << 32 | tid of every offered call
+        self._known = np.zeros(0, np.int64)
+        self._followers: dict[int, Callable] = {}
+        self._resolvers: list[tuple[Callable, Callable]] = []
+        self._blocks: Iterator | None = None
+        self._done = False
+        self.clock: int | None = None           # the latest CPU time read ahead
+        self._cut: int | None = None            # the last round's cut
         self._seq = 0
-        self._wants: list[tuple[np.ndarray, ...]] = []  # (pid, tid, t0, t1, flow)
-        self._resolvers: list = []
-        self._resolved = False
-        self._flow_seq = np.zeros(0, np.int64)     # offered call of each matched want, sorted
-        self._flow_ids = np.zeros(0, np.uint64)
-        self._unmatched = np.zeros(0, bool)
+        self._calls: list[tuple[np.ndarray, ...]] = []  # (seq, tid, pid, ts, end) not settled
+        self._res_seq = np.zeros(0, np.int64)   # matched wants of calls not written yet: the call
+        self._res_flow = np.zeros(0, np.uint64)
 
     # -- pass 1
-    def offer(self, tid, pid, ts, dur, ok=None) -> None:
-        """The next len(ts) slices the writer will write (ok: those that can be a flow's source)."""
+    def threads(self, tid, pid) -> None:
+        """Threads the writer will offer calls of (pass 1)."""
+        key = (np.asarray(pid, np.int64) << 32) | (np.asarray(tid, np.int64) & 0xFFFFFFFF)
+        self._threads.update(np.unique(key).tolist())
+
+    def follow(self, ring: int, fn) -> None:
+        """fn(recs) for each block of `ring`, read ahead of pass 2."""
+        self._followers[ring] = fn
+
+    def register(self, wants_fn, unmatched_fn) -> None:
+        self._resolvers.append((wants_fn, unmatched_fn))
+
+    # -- read ahead (pass 2)
+    def offer(self, tid, pid, ts, dur) -> None:
+        """The next len(ts) slices the writer will write."""
         n = len(ts)
+        if not n:
+            return
         seq = np.arange(self._seq, self._seq + n, dtype=np.int64)
         self._seq += n
-        sel = slice(None) if ok is None else np.asarray(ok, bool)
-        ts = np.asarray(ts, np.int64)[sel]
-        self._calls.append((seq[sel], np.asarray(tid, np.int64)[sel], np.asarray(pid, np.int64)[sel], ts,
-                            ts + np.maximum(np.asarray(dur, np.int64)[sel], 0)))
+        ts = np.asarray(ts, np.int64)
+        self._calls.append((seq, np.asarray(tid, np.int64), np.asarray(pid, np.int64), ts,
+                            ts + np.maximum(np.asarray(dur, np.int64), 0)))
+        self.tick(int(ts.max()))
 
-    def on_resolve(self, fn) -> None:
-        """fn() is called once, before the first question of pass 2: it makes its `want`s then."""
-        self._resolvers.append(fn)
+    def tick(self, t: int) -> None:
+        self.clock = t if self.clock is None else max(self.clock, t)
 
-    def want(self, pid, tid, t0, t1, flow) -> None:
-        """A flow (ids `flow`, uint64, non-zero) from the call containing [t0, t1] on each tid."""
-        # contiguous: a field of a caller's record array (a strided view) would keep all of it alive
-        self._wants.append(tuple(np.ascontiguousarray(a, dt) for a, dt in
-                                 ((pid, np.int64), (tid, np.int64), (t0, np.int64), (t1, np.int64), (flow, np.uint64))))
+    def advance(self, settled: Callable[[], bool]) -> None:
+        """Read ahead until settled() or the log's end."""
+        if self._done or settled():
+            return
+        if not self._resolvers or self.read_ahead is None:
+            self._done = True
+            return
+        if self._blocks is None:
+            self._known = np.array(sorted(self._threads), np.int64)
+            self._blocks = self.read_ahead(set(self._followers))
+        for ring, recs in self._blocks:
+            self._followers[ring](recs)
+            if self.clock is None:
+                continue
+            if self._cut is None:
+                self._cut = self.clock - WINDOW_NS
+            if self.clock - WINDOW_NS - self._cut >= STEP_NS:
+                self._round(self.clock - WINDOW_NS)
+                if settled():
+                    return
+        self._round(None)
+        self._done = True
 
     # -- pass 2
     def flows(self, seq) -> np.ndarray | None:
-        """Flow ids leaving the offered calls `seq`: (n, k) uint64, 0 = none; None when no row has one."""
-        self._resolve()
+        """Flow ids leaving the offered calls `seq` (the next rows the writer writes, in increasing
+        order from one question to the next): (n, k) uint64, 0 = none; None when no row has one."""
         seq = np.asarray(seq, np.int64)
-        if not self._flow_seq.size or not seq.size:
+        if not seq.size:
             return None
-        lo = np.searchsorted(self._flow_seq, seq, "left")
-        cnt = np.searchsorted(self._flow_seq, seq, "right") - lo
+        last = int(seq.max())
+        self.advance(lambda: self._floor() > last)
+        now = self._res_seq <= last
+        got_seq, got_flow = self._res_seq[now], self._res_flow[now]
+        self._res_seq, self._res_flow = self._res_seq[~now], self._res_flow[~now]
+        if not got_seq.size:
+            return None
+        o = np.lexsort((got_flow, got_seq))
+        got_seq, got_flow = got_seq[o], got_flow[o]
+        lo = np.searchsorted(got_seq, seq, "left")
+        cnt = np.searchsorted(got_seq, seq, "right") - lo
         k = int(cnt.max())
         if not k:
             return None
         out = np.zeros((seq.size, k), np.uint64)
         for j in range(k):
             m = cnt > j
-            out[m, j] = self._flow_ids[lo[m] + j]
+            out[m, j] = got_flow[lo[m] + j]
         return out
 
-    def unmatched(self) -> np.ndarray:
-        """Per want, in the order they were made: no offered call contains it."""
-        self._resolve()
-        return self._unmatched
+    def _floor(self) -> int:
+        """Offered calls below this number are settled."""
+        return min([int(c[0][0]) for c in self._calls if c[0].size] + [self._seq]) if not self._done else 1 << 62
 
     # -- matching
-    def _resolve(self) -> None:
-        if self._resolved:
-            return
-        self._resolved = True
-        for fn in self._resolvers:
-            fn()
-        # what was offered and wanted is only needed here (a few tens of bytes per call): let it go
-        wants, calls, self._wants, self._calls = self._wants, self._calls, [], []
-        if not wants:
-            return
-        pid, tid, t0, t1, flow = _joined(wants)
-        n = pid.size
-        got = np.full(n, -1, np.int64)  # seq of the matched call
-        if calls:
-            cseq, ctid, cpid, cts, cend = _joined(calls)
-            # a tid the writer knows as a thread of this process (pid, tid < 2**32)
-            known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), np.unique((cpid << 32) | (ctid & 0xFFFFFFFF)))
-            self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
-            self._match(got, ~known, pid, t0, t1, cpid, cseq, cts, cend, outermost=False)
-        ok = got >= 0
-        self._unmatched = ~ok
-        o = np.argsort(got[ok], kind="stable")
-        self._flow_seq, self._flow_ids = got[ok][o], flow[ok][o]
+    def _round(self, cut: int | None) -> None:
+        """Match what the askers settle before `cut` (None: everything) against the calls held;
+        let go of the calls nothing that can still come falls in."""
+        if cut is not None:
+            self._cut = cut
+        calls = _joined(self._calls)
+        for wants_fn, unmatched_fn in self._resolvers:
+            wants = wants_fn(cut)
+            if wants is None or not wants[0].size:
+                continue
+            pid, tid, t0, t1, flow = (np.asarray(a, dt) for a, dt in
+                                      zip(wants, (np.int64, np.int64, np.int64, np.int64, np.uint64)))
+            got = np.full(pid.size, -1, np.int64)  # seq of the matched call
+            if calls:
+                cseq, ctid, cpid, cts, cend = calls
+                if cut is not None:  # the calls that can hold these wants (not those started after them)
+                    early = cts <= t0.max()
+                    cseq, ctid, cpid, cts, cend = (c[early] for c in calls)
+                known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), self._known)
+                self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
+                self._match(got, ~known, pid, t0, t1, cpid, cseq, cts, cend, outermost=False)
+            ok = got >= 0
+            self._res_seq = np.concatenate([self._res_seq, got[ok]])
+            self._res_flow = np.concatenate([self._res_flow, flow[ok]])
+            unmatched_fn(~ok)
+        if calls and cut is not None:
+            keep = calls[4] + ENTRY_SLACK_NS >= cut  # a want yet to come may start in it
+            self._calls = [tuple(c[keep] for c in calls)] if keep.any() else []
+        elif calls:
+            self._calls = []
 
     @staticmethod
     def _match(got, rows, key, t0, t1, ckey, cseq, cts, cend, outermost: bool) -> None:

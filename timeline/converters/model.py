@@ -233,6 +233,7 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
         size = rd.size
         total = total or size
         m = LogModel(path=path, size=size, header=rd.header)
+        m.call_links.read_ahead = lambda rings: ring_blocks(path, rings)
         m.families = families_loader(m) if families_loader else []
         first = _FirstPass(m)
         for blk in rd.blocks():
@@ -243,6 +244,17 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
         m.finalized = rd.finalized
     first.finish()
     return m
+
+
+def ring_blocks(path: str, rings: set) -> Iterator[tuple[int, np.ndarray]]:
+    """(ring, records) of each non-empty block of these rings, in file order, stopping at damage
+    (what pass 2 reads: call_links reads ahead of it)."""
+    with RawLogReader(path) as rd:
+        for blk in rd.blocks():
+            if blk.kind == KIND_RING and blk.ring in rings:
+                recs = _decode(blk, RING_DTYPES)
+                if recs is not None and recs.size:
+                    yield blk.ring, recs
 
 
 class _FirstPass:

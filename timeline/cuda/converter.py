@@ -68,6 +68,7 @@ class CudaConverter(FamilyConverter):
         self._queue_seq: list[np.ndarray] = []             # their numbers among the offered slices
         self._seq = 0
         self._queued = 0
+        model.call_links.follow(cuda_records.RING_CUDA, self._offer)
 
     # -- pass 1 -------------------------------------------------------------
     def scan_meta(self, meta: dict) -> None:
@@ -82,9 +83,9 @@ class CudaConverter(FamilyConverter):
 
     def scan_ring(self, ring: int, recs: np.ndarray) -> None:
         # Every slice this family writes can be the source of a flow another
-        # family asks for (call_links.py), numbered in the order written.
+        # family asks for (call_links.py): its threads now, the calls as pass 2 reads ahead.
         w = self._written(recs)
-        self.model.call_links.offer(recs["tid"][w], recs["tgid"][w], recs["ts"][w], recs["dur"][w])
+        self.model.call_links.threads(recs["tid"][w], recs["tgid"][w])
         ids = (recs["cookie"] & cuda_records.CK_ID_MASK).astype(np.int64)
         ok = ((recs["flags"] & cuda_records.CF_HAS_RET) == 0) | ((recs["ret"] & 0xFFFFFFFF) == 0)
         has_out = (recs["flags"] & cuda_records.CF_OUT) != 0
@@ -133,6 +134,11 @@ class CudaConverter(FamilyConverter):
                 nbytes = (a[:, 4] * a[:, 5] if role == Role.COPY2D else a[:, self._slot(p, "bytes")]).astype(np.float64)
                 for kind, m in self._copy_kinds(p, a):
                     self._rates(g["tgid"][m], g["ts"][m], "cuda.memcpy_bytes_per_s." + kind, nbytes[m])
+
+    def _offer(self, recs: np.ndarray) -> None:
+        """A block read ahead of pass 2: its slices, numbered in the order they will be written."""
+        w = self._written(recs)
+        self.model.call_links.offer(recs["tid"][w], recs["tgid"][w], recs["ts"][w], recs["dur"][w])
 
     def _mem(self, g: np.ndarray, role: str) -> None:
         m = np.zeros(g.size, MEM)

@@ -21,29 +21,29 @@ context, not in time order, so pass 1 notes each ring-7 block's earliest work st
 earliest start of the blocks still to come (the watermark) releases every pending row that starts
 before it, sorted per track: the same tracks, lanes and slices as sorting all the work at once.
 The busy % counter adds each released stretch's covered time to its bins (integers: the same sums);
-the copy GB/s counter keeps (start, end, bytes) per copy.  The slices made from API records are
-written at the first block (call_links resolves then); NVTX ranges (a few per step) in finish().
+the copy GB/s counter adds each copy's bytes to its bins as it comes.  The work is tied to its API records and
+calls ahead of pass 2, in windows of time (links.py, call_links.py); the slices made from API records
+are written as the link settles them, NVTX ranges (a few per step) in finish().
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..converters import call_links
 from ..converters.families import FamilyConverter
 from ..converters.interface import Column
 from ..demangle import demangle
 from . import intervals
 from . import records as R
+from .links import FLOW_BASE, WORK, WorkLinks
 
-# flow ids of this family: FLOW_BASE + the record's number in the log (below 2**53: JSON readers
-# parse numbers as doubles)
-FLOW_BASE = 0x6770 << 32
-WORK = (R.KERNEL, R.MEMCPY, R.MEMSET)
 CATEGORY = {R.KERNEL: "gpu_kernel", R.MEMCPY: "gpu_memcpy", R.MEMSET: "gpu_memset"}
 MAX_TRACKS = 4096             # hostile device/stream ids: the rest share one track
 MAX_BINS = 20_000             # counter points per GPU; bins are at least 1 ms
 PID_MAX = 1 << 22             # a tid above this is not a kernel thread id
 NO_WORK = np.iinfo(np.int64).max  # a block's earliest work start when it has none
 RELEASE_ROWS = 1 << 16        # pending work rows that make pass 2 write what it can
+NVTX_FIELDS = np.dtype([(f, R.GPU_RECORD[f]) for f in ("pid", "tid", "start", "end", "name", "domain", "flags")])
 BINNED_DEVICES = 64           # GPUs whose busy % is binned as work is written (the rest: in finish())
 # CUPTI callback ids of the calls the injection library traces (cupti_runtime_cbid.h /
 # cupti_driver_cbid.h; ids are stable across CUDA versions): names for the slices made from API
@@ -67,10 +67,15 @@ DRIVER_CBIDS = {17: "cuCtxSynchronize", 121: "cuEventSynchronize", 126: "cuStrea
                 430: "cuMemsetD32Async", 440: "cuStreamSynchronize", 442: "cuLaunchKernel",
                 477: "cuLaunchCooperativeKernel", 478: "cuLaunchCooperativeKernel", 514: "cuGraphLaunch",
                 515: "cuGraphLaunch", 652: "cuLaunchKernelEx", 653: "cuLaunchKernelEx"}
-API = np.dtype([("pid", "<i8"), ("tid", "<i8"), ("start", "<i8"), ("end", "<i8"), ("corr", "<u4"),
-                ("flags", "<u2"), ("cbid", "<u4"), ("ret", "<u4")])
-CALL = ("pid", "tid", "start", "end")  # of an API row: in the wants (call_links) from the end of pass 1
-API_REST = np.dtype([(f, API[f]) for f in API.names if f not in CALL])
+
+# the calls whose API record stands for GPU work to come (a launch, copy or memset; not a wait)
+_CAUSES_WORK = {(d, c) for d, ids in ((True, DRIVER_CBIDS), (False, RUNTIME_CBIDS))
+                for c, name in ids.items() if "Synchronize" not in name}
+
+
+def _waits_for_work(flags: np.ndarray, cbid: np.ndarray) -> np.ndarray:
+    driver = (flags & R.GF_DRIVER) != 0
+    return np.array([(d, c) in _CAUSES_WORK for d, c in zip(driver.tolist(), cbid.tolist())], bool)
 
 
 def _unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +126,8 @@ class _Busy:
         self.covered: np.ndarray | None = None
         self._s: list[np.ndarray] = []   # intervals not counted yet: from the last mark on
         self._e: list[np.ndarray] = []
+        self.copied: np.ndarray | None = None  # bytes copied in each bin (binned), else:
+        self._copies: list[np.ndarray] = []    # (start, end, bytes) per copy
 
     def edges(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Bin edges lo..hi (inclusive; None: the last)."""
@@ -153,6 +160,28 @@ class _Busy:
         hi = min(-(-(int(e[-1]) - self.t0) // self.bin_ns), self.n_edges - 1)
         self.covered[lo:hi] += intervals.covered(s, e, self.edges(lo, hi))
 
+    def add_copies(self, s: np.ndarray, e: np.ndarray, nbytes: np.ndarray) -> None:
+        """Copies (any order: each one's bytes are spread over its own duration)."""
+        if not self.binned:
+            self._copies.append(np.stack([s, e, nbytes.astype(np.int64)], 1))
+            return
+        if self.copied is None:
+            self.copied = np.zeros(self.n_edges - 1, np.float64)
+        lo = min(max((int(s.min()) - self.t0) // self.bin_ns, 0), self.n_edges - 1)
+        hi = min(-(-(int(np.maximum(e, s + 1).max()) - self.t0) // self.bin_ns), self.n_edges - 1)
+        if hi > lo:
+            self.copied[lo:hi] += intervals.copy_moved(s, e, nbytes, self.edges(lo, hi))
+
+    def copy_values(self) -> np.ndarray | None:
+        """GB/s from each edge on (a last 0 closes it); None: no copies."""
+        if self._copies:
+            c = np.concatenate(self._copies)
+            self._copies = []
+            self.copied = intervals.copy_moved(c[:, 0], c[:, 1], c[:, 2].astype(np.uint64), self.edges())
+        if self.copied is None:
+            return None
+        return np.append(np.round(self.copied / (self.bin_ns / 1e9) / 1e9, 6), 0.0)
+
     def values(self) -> np.ndarray:
         """busy % from each edge on (a last 0 closes the series at the last edge)."""
         if not self.binned:
@@ -171,18 +200,10 @@ class GpuConverter(FamilyConverter):
         super().__init__(model)
         self.strings: dict[tuple[int, int], str] = {}  # (pid, string id) -> text
         self._n = 0                                     # ring-7 records seen (pass 1)
-        self._work_key: list[np.ndarray] = []           # (pid << 32 | correlation) of each work record
-        self._work_idx: list[np.ndarray] = []           # its number in the log
-        self._api: dict[str, list[np.ndarray]] = {f: [] for f in API.names}  # API records, column by column
         self._block_end: list[int] = []                 # per ring-7 block: records up to its end
         self._block_min: list[int] = []                 # its earliest work start (NO_WORK: none)
         self._pairs: set[int] = set()                   # device << 32 | stream of the work
         self._span: dict[int, list[int]] = {}           # device -> [first start, last end] of its work
-        self._has_flow = np.zeros(0, bool)              # per record number: a flow ends on it
-        self._want_api = np.zeros(0, np.int64)          # per want: its API record (row of self.api)
-        self._want_flow = np.zeros(0, np.uint64)
-        self._want_call: list[np.ndarray] = []          # per want: its API row's pid, tid, start, end
-        self.api = np.zeros(0, API)                     # deduplicated API rows (API_REST after _link)
         # pass 2
         self._m = 0                                     # ring-7 records seen
         self._planned = False
@@ -191,12 +212,12 @@ class GpuConverter(FamilyConverter):
         self._lane_ends: dict[int, list[int]] = {}      # track -> each lane's last end
         self._pending: list[np.ndarray] = []            # work not written yet, in log order
         self._pending_idx: list[np.ndarray] = []        # its numbers in the log
+        self._pending_flow: list[np.ndarray] = []       # a flow ends on it
         self._pending_n = 0
         self._release_at = RELEASE_ROWS
         self._busy: dict[int, _Busy] = {}               # device -> its busy % bins
-        self._copies: list[np.ndarray] = []             # (device, start, end, bytes) per copy, in log order
         self._nvtx_recs: list[np.ndarray] = []
-        model.call_links.on_resolve(self._link)
+        self._links = WorkLinks(model.call_links, _waits_for_work)  # made ahead of pass 2, in windows
 
     # -- pass 1
     def scan_meta(self, meta: dict) -> None:
@@ -210,25 +231,12 @@ class GpuConverter(FamilyConverter):
                 continue
 
     def scan_ring(self, ring: int, recs: np.ndarray) -> None:
-        idx = np.arange(self._n, self._n + recs.size, dtype=np.int64)
         self._n += recs.size
-        kind = recs["kind"]
-        is_work = np.isin(kind, WORK)
-        work = is_work & (recs["correlation"] != 0)
-        self._work_key.append((recs["pid"][work].astype(np.uint64) << np.uint64(32)) | recs["correlation"][work])
-        self._work_idx.append(idx[work])
-        w = recs[is_work]
+        w = recs[np.isin(recs["kind"], WORK)]
         self._block_end.append(self._n)
         self._block_min.append(int(w["start"].astype(np.int64).min()) if w.size else NO_WORK)
         if w.size:
             self._note_work(w)
-        api = recs[kind == R.API]
-        if api.size:
-            start = api["start"].astype(np.int64)
-            for f, c in (("pid", api["pid"]), ("tid", api["tid"]), ("start", start),
-                         ("end", np.maximum(api["end"].astype(np.int64), start)), ("corr", api["correlation"]),
-                         ("flags", api["flags"]), ("cbid", api["domain"]), ("ret", api["value"])):
-                self._api[f].append(c.astype(API[f]))
 
     def _note_work(self, w: np.ndarray) -> None:
         """The tracks (device, stream) and each device's time span: known before pass 2 writes."""
@@ -246,53 +254,10 @@ class GpuConverter(FamilyConverter):
             else:
                 span[0], span[1] = min(span[0], lo), max(span[1], hi)
 
-    def _link(self) -> None:
-        """End of pass 1 (call_links asks): each work record's API record, and a flow wanted from the
-        CPU call containing it.  Of several API records with one correlation id (a runtime call and
-        the driver call it makes), the runtime one, else the earliest."""
-        self._has_flow = np.zeros(self._n, bool)
-        if not self._api["pid"]:
-            self._work_key = self._work_idx = []
-            return
-        # column by column, each one's pieces let go once joined (the rows are held once, not twice)
-        api = {}
-        for f in API.names:
-            api[f] = np.concatenate(self._api[f])
-            self._api[f] = []
-        order = np.lexsort((api["start"], (api["flags"] & R.GF_DRIVER) != 0, api["corr"], api["pid"]))
-        key = ((api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"])[order]
-        first = np.ones(key.size, bool)
-        first[1:] = key[1:] != key[:-1]
-        first &= api["corr"][order] != 0
-        kept, key = order[first], key[first]  # the rows kept, in key order
-        del order, first
-        # of the kept rows, the wants hold thread and time (below); self.api keeps the rest: 14
-        # bytes a row, not 46, through call_links' matching
-        self.api = np.empty(kept.size, API_REST)
-        for f in API_REST.names:
-            self.api[f] = api.pop(f)[kept]
-        wk, wi = np.concatenate(self._work_key), np.concatenate(self._work_idx)
-        self._work_key = self._work_idx = []
-        if not key.size or not wk.size:
-            return
-        j = np.minimum(np.searchsorted(key, wk), key.size - 1)
-        hit = key[j] == wk
-        j, wi = j[hit], wi[hit]
-        self._has_flow[wi] = True
-        self._want_api, self._want_flow = j, FLOW_BASE + wi.astype(np.uint64)
-        rows = kept[j]
-        self._want_call = [api.pop(f)[rows] for f in CALL]  # shared with call_links, not copied
-        self.model.call_links.want(*self._want_call, self._want_flow)
-
     # -- pass 2
     def _plan(self, sink) -> None:
-        """Before the first block of pass 2: the watermarks, the tracks, the counters' bins, and the
-        slices made from API records (call_links resolves here; the API records go then)."""
+        """Before the first block of pass 2: the watermarks, the tracks, the counters' bins."""
         self._planned = True
-        unmatched = self.model.call_links.unmatched()  # resolves (and so calls _link) if nobody asked yet
-        self._api_slices(sink, unmatched)
-        self.api, self._want_api, self._want_flow = np.zeros(0, API_REST), np.zeros(0, np.int64), np.zeros(0, np.uint64)
-        self._want_call = []
         later = np.array(self._block_min, np.int64)
         self._later_min = np.minimum.accumulate(later[::-1])[::-1] if later.size else later
         self._block_ends = np.array(self._block_end, np.int64)
@@ -306,22 +271,24 @@ class GpuConverter(FamilyConverter):
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
         if not self._planned:
             self._plan(sink)
+        # the flows into this block's work are settled once the read-ahead has passed it
+        self.model.call_links.advance(lambda: self._links.floor() >= self._m + recs.size)
+        self._api_slices(sink)
+        flowing = self._links.take(self._m, self._m + recs.size)
         kind = recs["kind"]
         work = np.flatnonzero(np.isin(kind, WORK))
         if work.size:
             w = recs[work]
             self._pending.append(w)
             self._pending_idx.append(work + self._m)
+            self._pending_flow.append(flowing[work])
             self._pending_n += w.size
             c = w[w["kind"] == R.MEMCPY]
             if c.size:
-                cs = c["start"].astype(np.int64)
-                self._copies.append(np.stack([c["device"].astype(np.int64), cs,
-                                              np.maximum(c["end"].astype(np.int64), cs),
-                                              c["bytes"].astype(np.int64)], 1))
+                self._add_copies(c)
         nv = recs[kind == R.NVTX]
-        if nv.size:
-            self._nvtx_recs.append(nv)
+        if nv.size:  # the fields _nvtx reads (a quarter of the record)
+            self._nvtx_recs.append(np.array(nv[list(NVTX_FIELDS.names)], NVTX_FIELDS))
         self._m += recs.size
         if self._pending_n >= self._release_at:
             # no block still to come has work starting before `mark`
@@ -334,14 +301,19 @@ class GpuConverter(FamilyConverter):
 
     def finish(self, sink) -> None:
         if not self._planned:
-            self.model.call_links.unmatched()  # resolves if nobody asked yet
             return
+        self.model.call_links.advance(lambda: self._links.floor() >= self._m)
+        self._api_slices(sink)
         self._release(sink, None)
         self._counters(sink)
         if self._nvtx_recs:
             nv = np.concatenate(self._nvtx_recs)
             self._nvtx_recs = []
             self._nvtx(sink, nv)
+        if self._links.late or self._links.idle:
+            sink.async_slice("timeline: gpu", self.model.end_ts(), 0, "flows past the link window", "timeline",
+                             {"work_without_call": self._links.late, "calls_without_work": self._links.idle,
+                              "window_s": call_links.WINDOW_NS / 1e9})
 
     # -- the CPU side: API records no cuda-family slice contains
     def _tid_of(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -353,21 +325,13 @@ class GpuConverter(FamilyConverter):
             ok.append(th is not None and th.tgid == p)
         return np.where(np.array(ok, bool)[inv], tid, pid) if first.size else pid.copy()
 
-    def _api_slices(self, sink, unmatched: np.ndarray) -> None:
-        if not self._want_api.size or not unmatched.any():
-            return
-        wants = np.flatnonzero(unmatched)
-        rows, flows = self._want_api[wants], self._want_flow[wants]
-        o = np.argsort(rows, kind="stable")
-        rows, flows, wants = rows[o], flows[o], wants[o]
-        u, start, cnt = np.unique(rows, return_index=True, return_counts=True)
-        fo = np.zeros((u.size, int(cnt.max())), np.uint64)
-        for j in range(fo.shape[1]):
-            m = cnt > j
-            fo[m, j] = flows[start[m] + j]
-        a = {f: c[wants[start]] for f, c in zip(CALL, self._want_call)}  # each row's thread and time
-        rest = self.api[u]
-        a.update((f, rest[f]) for f in API_REST.names)
+    def _api_slices(self, sink) -> None:
+        """The API records (settled so far) no cuda-family slice contains, with their flows out."""
+        done, self._links.slices = self._links.slices, []
+        for a, fo in done:
+            self._api_slice(sink, a, fo)
+
+    def _api_slice(self, sink, a: dict, fo: np.ndarray) -> None:
         driver = (a["flags"] & R.GF_DRIVER) != 0
         names = [(DRIVER_CBIDS if d else RUNTIME_CBIDS).get(c, f"CUDA call (cbid {c})")
                  for d, c in zip(driver.tolist(), a["cbid"].tolist())]
@@ -376,7 +340,7 @@ class GpuConverter(FamilyConverter):
         tid = self._tid_of(pid, a["tid"])
         args = [Column("correlation_id", "int", a["corr"].astype(np.int64)),
                 Column("ret", "int", a["ret"].astype(np.int64)),
-                Column("source", "str", np.zeros(u.size, np.intp), ["cupti"])]
+                Column("source", "str", np.zeros(pid.size, np.intp), ["cupti"])]
         sink.slices(a["start"], a["end"] - a["start"], tid, pid, Column("name", "str", ninv.ravel(), list(nu)),
                     Column("cat", "str", driver.astype(np.intp), ["cuda", "cuda_driver"]), args, flow_out=fo)
 
@@ -389,24 +353,23 @@ class GpuConverter(FamilyConverter):
         """Write the pending work that starts before `mark` (None: all of it), per track in the order
         (start, longest first, log order); the rest stays pending."""
         if self._pending:
-            w, idx = np.concatenate(self._pending), np.concatenate(self._pending_idx)
+            w, idx, flowing = (np.concatenate(p) for p in (self._pending, self._pending_idx, self._pending_flow))
             start = w["start"].astype(np.int64)
-            self._pending, self._pending_idx = [], []
+            self._pending, self._pending_idx, self._pending_flow = [], [], []
             if mark is not None:
                 go = start < mark
                 if not go.all():
-                    self._pending, self._pending_idx = [w[~go]], [idx[~go]]
-                    w, idx, start = w[go], idx[go], start[go]
+                    self._pending, self._pending_idx, self._pending_flow = [w[~go]], [idx[~go]], [flowing[~go]]
+                    w, idx, flowing, start = w[go], idx[go], flowing[go], start[go]
             self._pending_n = sum(p.size for p in self._pending)
             if w.size:
-                self._work(sink, w, idx, start)
+                self._work(sink, w, idx, start, flowing)
         for busy in self._busy.values():
             busy.add_upto(mark)
 
-    def _work(self, sink, w: np.ndarray, idx: np.ndarray, start: np.ndarray) -> None:
+    def _work(self, sink, w: np.ndarray, idx: np.ndarray, start: np.ndarray, flowing: np.ndarray) -> None:
         end = np.maximum(w["end"].astype(np.int64), start)
-        flow_in = np.where(self._has_flow[idx] if self._has_flow.size == self._n else False,
-                           FLOW_BASE + idx.astype(np.uint64), np.uint64(0)).astype(np.uint64)
+        flow_in = np.where(flowing, FLOW_BASE + idx.astype(np.uint64), np.uint64(0)).astype(np.uint64)
         # tracks: (device, stream), in order; past the first MAX_TRACKS all on one
         key = _pair_key(w)
         pos = np.searchsorted(self._pair_keys, key)
@@ -494,18 +457,23 @@ class GpuConverter(FamilyConverter):
         sink.group_slices(group, track, start, end - start, name, CATEGORY[k], args,
                           flow_in=flow_in if flow_in.any() else None, lane=lane)
 
+    def _add_copies(self, c: np.ndarray) -> None:
+        dev = c["device"].astype(np.int64)
+        for d in np.unique(dev).tolist():
+            busy = self._busy.get(d)
+            if busy is not None:
+                m = c[dev == d]
+                s = m["start"].astype(np.int64)
+                busy.add_copies(s, np.maximum(m["end"].astype(np.int64), s), m["bytes"].astype(np.uint64))
+
     def _counters(self, sink) -> None:
-        copies = np.concatenate(self._copies) if self._copies else np.zeros((0, 4), np.int64)
-        self._copies = []
         for dev, busy in self._busy.items():
             group = f"GPU {dev}"
             # a value holds from its bin's start
             sink.group_counters(group, f"{group} busy %", busy.edges(), busy.values())
-            c = copies[copies[:, 0] == dev]
-            if c.size:
-                edges, bw = intervals.copy_bandwidth(c[:, 1], c[:, 2], c[:, 3].astype(np.uint64), busy.t0, busy.t1,
-                                                     busy.bin_ns)
-                sink.group_counters(group, f"{group} copy GB/s", edges, np.append(np.round(bw / 1e9, 6), 0.0))
+            bw = busy.copy_values()
+            if bw is not None:
+                sink.group_counters(group, f"{group} copy GB/s", busy.edges(), bw)
 
     # -- NVTX ranges on their threads
     def _nvtx(self, sink, r: np.ndarray) -> None:

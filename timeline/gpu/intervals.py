@@ -42,6 +42,12 @@ def busy_fraction(starts, ends, t0, t1, bin_ns):
 def copy_bandwidth(starts, ends, nbytes, t0, t1, bin_ns):
     """Bin edges and bytes/s moved in each bin, each copy's bytes spread evenly over its duration."""
     edges = np.arange(t0, t1 + bin_ns, bin_ns, dtype=np.int64)
+    return edges, copy_moved(starts, ends, nbytes, edges) / (bin_ns / 1e9)
+
+
+def copy_moved(starts, ends, nbytes, edges):
+    """Bytes moved in each bin [edges[i], edges[i+1]), each copy's bytes spread evenly over its
+    duration (the sum over any split of the copies: the gpu converter bins them as they come)."""
     s = np.asarray(starts, np.int64)
     e = np.maximum(np.asarray(ends, np.int64), s + 1)
     rate = np.asarray(nbytes, np.float64) / (e - s)  # bytes per ns
@@ -55,4 +61,4 @@ def copy_bandwidth(starts, ends, nbytes, t0, t1, bin_ns):
     k = np.searchsorted(points, edges, side="right") - 1
     kk = np.maximum(k, 0)
     cum = np.where(k >= 0, moved_at[kk] + rate_after[kk] * (edges - points[kk]), 0.0)
-    return edges, np.diff(cum) / (bin_ns / 1e9)
+    return np.diff(cum)
