@@ -44,7 +44,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 ENTRY_SLACK_NS = 20_000
-WINDOW_NS = 5_000_000_000  # how late a partner may come: 25 of CUPTI's 200 ms flushes, and queued GPU work
+WINDOW_NS = 20_000_000_000  # how late a partner may come: 100 of CUPTI's 200 ms flushes, and a kernel queued or running that long (a collective waiting for a slow rank)
 STEP_NS = WINDOW_NS // 4   # a round of matching each time the window moves this far
 
 
