@@ -124,11 +124,15 @@ def test_vmlib_grows_when_a_process_dlopens_a_library(tmp_path, standins):
     import sys
     from timeline.cuda.plugin import _Proc, _vmlib
     copy = shutil.copy(standins["libkernels.so"], tmp_path / "libkernels_copy.so")
-    child = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; sys.stdin.readline(); "
-                              "ctypes.CDLL(sys.argv[1]); print('loaded', flush=True); sys.stdin.readline()", copy],
+    child = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; print('ready', flush=True); "
+                              "sys.stdin.readline(); ctypes.CDLL(sys.argv[1]); print('loaded', flush=True); "
+                              "sys.stdin.readline()", copy],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     st = _Proc(1)
     try:
+        # measured once its start-up (which maps ctypes' own library) is over: on a loaded
+        # machine the first reading could come while it still imported
+        assert child.stdout.readline() == "ready\n"
         before = _vmlib(child.pid, st)
         assert before is not None and before == _vmlib(child.pid, st)  # unchanged while nothing is mapped
         child.stdin.write("\n")
