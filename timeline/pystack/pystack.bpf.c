@@ -63,7 +63,8 @@ const volatile struct tl_py_stack tl_py_stack_layout = {};
 #define ST_STACKS_LOST 6   /* py_stacks ring full: sent again next time */
 #define ST_WAITS 7
 #define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
-#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns */
+#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns;
+			    * at calls, the program from its first clock read to its last */
 #define ST_FRAMES 10       /* frames walked */
 #define ST_LAUNCHES 11     /* launches seen (recorded Python processes) */
 #define ST_NESTED 12       /* driver launches inside a runtime launch: not counted */
