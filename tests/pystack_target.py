@@ -6,6 +6,9 @@ the line of each call site (found by their marker comments, so editing this
 file cannot make a test pass by accident).
 
     python pystack_target.py cuda LIBCUDART N   N synchronizations in inner()
+    python pystack_target.py repeat LIBCUDART N N synchronizations in inner(), two from one line,
+                                                two from another, and again (the i-th from
+                                                INNER_SYNC_A when i // 2 is even, else INNER_SYNC_B)
     python pystack_target.py launch LIBCUDART N N cudaLaunchKernel calls in inner()
     python pystack_target.py pipe MS            inner() blocks MS ms reading a pipe
     python pystack_target.py park               prints first, then blocks in inner() until stdin closes
@@ -34,9 +37,14 @@ def line_of(marker, path=__file__):
 
 
 def inner(mode, n):
-    for _ in range(n):
+    for i in range(n):
         if mode == "cuda":
             SYNC(None)  # INNER_CUDA
+        elif mode == "repeat":
+            if i // 2 % 2 == 0:
+                SYNC(None)  # INNER_SYNC_A
+            else:
+                SYNC(None)  # INNER_SYNC_B
         elif mode == "launch":
             LAUNCH(None, Dim3(1, 1, 1), Dim3(32, 1, 1), None, 0, None)  # INNER_LAUNCH
         else:
@@ -54,7 +62,7 @@ def outer(mode, n):
 def info():
     return json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(), "ident": threading.get_ident(),
                        "file": os.path.abspath(__file__),
-                       "lines": {m: line_of(m) for m in ("INNER_CUDA", "INNER_LAUNCH", "INNER_PIPE", "MIDDLE", "OUTER", "MAIN",
+                       "lines": {m: line_of(m) for m in ("INNER_CUDA", "INNER_SYNC_A", "INNER_SYNC_B", "INNER_LAUNCH", "INNER_PIPE", "MIDDLE", "OUTER", "MAIN",
                                                          "LINGER", "MODULE")}})
 
 
@@ -66,7 +74,7 @@ def main():
         time.sleep(float(os.environ.get("PYSTACK_TARGET_DELAY", "0")))
         print(info(), flush=True)
         mode = "pipe"
-    elif mode == "cuda":
+    elif mode in ("cuda", "repeat"):
         SYNC = ctypes.CDLL(sys.argv[2]).cudaStreamSynchronize
         SYNC.argtypes = [ctypes.c_void_p]
         n = int(sys.argv[3])

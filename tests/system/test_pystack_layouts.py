@@ -184,6 +184,10 @@ def test_bpf_config_fits_the_window():
     bad = dataclasses.replace(layouts.TABLE[12], fr_owner=200)
     with pytest.raises(ValueError, match="window"):
         bad.bpf_config(0)
+    # the thread state's fields the walk reads at once (BPF: ts_window) must span TL_PY_TSWIN at most
+    far = dataclasses.replace(layouts.TABLE[12], ts_datastack=layouts.TABLE[12].ts_frame + R.PY_TSWIN)
+    with pytest.raises(ValueError, match="thread state"):
+        far.bpf_config(0)
 
 
 @pytest.mark.parametrize("cname,dtype", [("tl_py_proc", R.PY_PROC), ("tl_py_stack", R.PY_STACK),

@@ -108,6 +108,9 @@ class Layout:
         c["code_cache"] = int(code_cache)
         c["str_length"], c["str_state"] = self.str_length, self.str_state
         c["str_ascii"], c["str_compact"] = self.ascii_size, self.compact_size
+        ts = [(self.ts_thread_id, 8), (self.ts_frame, 8)] + ([(self.ts_datastack, 16)] if self.ts_datastack is not None else [])
+        if max(o + n for o, n in ts) - min(o for o, _ in ts) > R.PY_TSWIN:
+            raise ValueError(f"CPython 3.{self.minor}: the thread state's fields span more than {R.PY_TSWIN} bytes")
         for name, size in (("fr_code", 8), ("fr_previous", 8), ("fr_instr", 8 if not self.instr_index else 4),
                            ("fr_owner", 1), ("co_firstlineno", 4), ("co_version", 4), ("co_name", 8),
                            ("co_filename", 8)):

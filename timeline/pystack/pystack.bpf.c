@@ -63,7 +63,8 @@ const volatile struct tl_py_stack tl_py_stack_layout = {};
 #define ST_STACKS_LOST 6   /* py_stacks ring full: sent again next time */
 #define ST_WAITS 7
 #define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
-#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns */
+#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns;
+			    * at calls, the program from its first clock read to its last */
 #define ST_FRAMES 10       /* frames walked */
 #define ST_LAUNCHES 11     /* launches seen (recorded Python processes) */
 #define ST_NESTED 12       /* driver launches inside a runtime launch: not counted */
@@ -135,10 +136,22 @@ struct walk_state {
 struct py_scratch {
 	struct walk_state w;
 	struct code_slot codes[CODE_SLOTS];
+	__u64 sent_id;     /* the last stack this scratch's walks sent (or found */
+	__u32 sent_tgid;   /* in py_seen), of this process image: taken again, it */
+	__u32 sent_gen;    /* needs no py_seen lookup */
 	struct tl_py_stack st;
+	__u8 tswin[TL_PY_TSWIN];  /* the thread state's fields the walk uses (ts_window) */
 	__u8 fwin[TL_PY_WINDOW];
 	__u8 cwin[TL_PY_WINDOW];
 	__u8 chunk[TL_PY_CHUNK + TL_PY_WINDOW];
+};
+
+/* The thread state a thread's own walks found last (checked with the one
+ * read a walk makes of it anyway): no py_threads lookup for them. */
+struct tstate_hint {
+	__u64 tstate;      /* 0: none */
+	__u32 gen;         /* of this process image (tl_py_proc.gen) */
+	__u32 pad;
 };
 
 struct py_task {
@@ -146,6 +159,7 @@ struct py_task {
 	__u64 wait_stack;
 	__u8 wait_flags;
 	__u8 pad[7];
+	struct tstate_hint hint;
 	struct py_scratch s;
 };
 
@@ -333,16 +347,83 @@ static long thread_step(__u64 i, void *data)
 	return w->err ? 1 : 0;
 }
 
-/* This thread's PyThreadState, 0 when it has none. */
-static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 fsbase, __u64 born, __u8 *flags)
+/* The span of a thread state the walk reads, in one read (each read of the
+ * target's memory costs ~90 ns here): from its first field used (thread_id,
+ * frame or cframe, datastack_chunk and _top) to past its last.
+ * layouts.py checks that it fits TL_PY_TSWIN. */
+static __always_inline __u32 ts_window(struct tl_py_proc *p, __u64 *len)
 {
-	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &tid);
+	__u32 lo = p->ts_thread_id, hi = p->ts_thread_id + 8;
+
+	if (p->ts_frame < lo)
+		lo = p->ts_frame;
+	if (p->ts_frame + 8 > hi)
+		hi = p->ts_frame + 8;
+	if (p->ts_datastack != TL_PY_NONE) {
+		if (p->ts_datastack < lo)
+			lo = p->ts_datastack;
+		if (p->ts_datastack + 16 > hi)
+			hi = p->ts_datastack + 16;
+	}
+	*len = hi - lo;
+	return lo;
+}
+
+static __always_inline int read_ts_window(struct tl_py_proc *p, struct py_scratch *t, __u64 tstate)
+{
+	__u64 len;
+	__u32 lo = ts_window(p, &len);
+
+	asm volatile("" : "+r"(len));  /* the bound is checked on the register the read takes */
+	if (len > TL_PY_TSWIN)
+		return -1;
+	return bpf_probe_read_user(t->tswin, len, (void *)(tstate + lo));
+}
+
+/* A u64 field of the thread state, from the window read last. */
+static __always_inline __u64 ts_field(struct tl_py_proc *p, struct py_scratch *t, __u32 off, int *err)
+{
+	__u64 len, at = off - ts_window(p, &len);
+
+	if (at + 8 > len) {
+		*err = 1;
+		return 0;
+	}
+	asm volatile("" : "+r"(at));  /* the bound is checked on the register the load takes */
+	if (at > TL_PY_TSWIN - 8) {
+		*err = 1;
+		return 0;
+	}
+	return *(__u64 *)(t->tswin + at);
+}
+
+/* This thread's PyThreadState, 0 when it has none; t->tswin then holds its
+ * window (ts_window), read after its thread_id was found to be ours. */
+static __always_inline __u64 find_tstate(struct tl_py_proc *p, struct py_scratch *t, struct tstate_hint *hint,
+					 __u32 tid, __u64 fsbase, __u64 born, __u8 *flags)
+{
+	struct py_thread *c;
 	struct thread_walk w = {};
-	__u64 head, head_id, now = bpf_ktime_get_boot_ns();
+	__u64 head, head_id, now;
 	int err = 0;
 
-	if (c && c->tstate && read_u64(c->tstate + p->ts_thread_id, &err) == fsbase && !err)
+	if (hint && hint->tstate && hint->gen == p->gen && !read_ts_window(p, t, hint->tstate) &&
+	    ts_field(p, t, p->ts_thread_id, &err) == fsbase && !err)
+		return hint->tstate;
+	err = 0;
+	c = bpf_map_lookup_elem(&py_threads, &tid);
+
+	/* The cached state, still this thread's: one read for the check and the walk's fields. */
+	if (c && c->tstate && !read_ts_window(p, t, c->tstate) && ts_field(p, t, p->ts_thread_id, &err) == fsbase &&
+	    !err) {
+		if (hint) {
+			hint->tstate = c->tstate;
+			hint->gen = p->gen;
+		}
 		return c->tstate;
+	}
+	now = bpf_ktime_get_boot_ns();
+	err = 0;
 	/* Without a thread state through searches NEG_CACHE_NS apart: a C thread
 	 * (OpenMP, torch's intra-op pool), believed so until NEG_CACHE_NS after
 	 * the last search without reading the target's memory (each read of
@@ -381,6 +462,8 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 		*flags |= TL_PYF_FAULT;
 	if (!w.found)
 		*flags |= TL_PYF_NO_STATE;
+	else if (read_ts_window(p, t, w.found))
+		*flags |= TL_PYF_FAULT;
 	if (c) {  /* in place: an LRU map's update allocates an element (~1.8 us in a sample) */
 		c->since = w.found ? 0 : c->tstate || !c->since || c->born != born ? now : c->since;
 		c->born = born;
@@ -393,6 +476,12 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, __u32 tid, __u64 
 					.since = w.found ? 0 : now, .born = born};
 
 		bpf_map_update_elem(&py_threads, &tid, &upd, BPF_ANY);
+	}
+	if (*flags & TL_PYF_FAULT)
+		return 0;
+	if (hint) {
+		hint->tstate = w.found;
+		hint->gen = p->gen;
 	}
 	return w.found;
 }
@@ -408,11 +497,9 @@ struct frame_walk {
 	struct py_scratch *t;
 };
 
-static long frame_step(__u64 i, void *data)
+/* One frame: 0 to go on, 1 when the walk is over. */
+static __always_inline long frame_one(struct tl_py_proc *p, struct py_scratch *t)
 {
-	struct frame_walk *fw = data;
-	struct tl_py_proc *p = fw->p;
-	struct py_scratch *t = fw->t;
 	struct walk_state *w = &t->w;
 	__u64 code, prev, ident, name, filename, instr;
 	__u32 off, firstlineno, check, epoch = 0, depth = w->depth;
@@ -520,6 +607,23 @@ have_check:;
 	return 0;
 }
 
+/* FRAMES_PER_STEP frames per call of the bpf_loop callback: a call and its
+ * return cost ~9 ns here (the kernel's return thunk, SRSO "safe RET"), a
+ * third of a frame's cost. */
+#define FRAMES_PER_STEP 4
+#define FRAME_STEPS ((TL_PY_MAX_FRAMES + MAX_SKIPPED + FRAMES_PER_STEP - 1) / FRAMES_PER_STEP)
+
+static long frame_step(__u64 i, void *data)
+{
+	struct frame_walk *fw = data;
+
+#pragma unroll
+	for (int k = 0; k < FRAMES_PER_STEP; k++)
+		if (frame_one(fw->p, fw->t))
+			return 1;
+	return 0;
+}
+
 /* Walk the frames of tstate into t->st; returns the stack id (0: none). */
 static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_scratch *t, __u32 tgid,
 				  __u8 *flags)
@@ -529,7 +633,7 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 	__u64 f;
 	int err = 0;
 
-	f = read_u64(tstate + p->ts_frame, &err);
+	f = ts_field(p, t, p->ts_frame, &err);
 	if (!err && f && p->cframe_frame != TL_PY_NONE)
 		f = read_u64(f + p->cframe_frame, &err);
 	if (err) {
@@ -547,9 +651,11 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 	struct py_settings *set = bpf_map_lookup_elem(&py_settings, &zero);
 
 	if (p->ts_datastack != TL_PY_NONE && !(set && set->no_chunk)) {  /* 3.11+: the frame stack's top, in one read */
-		__u64 ds[2] = {};  /* datastack_chunk, datastack_top */
+		__u64 ds[2];  /* datastack_chunk, datastack_top */
 
-		if (!bpf_probe_read_user(ds, sizeof(ds), (void *)(tstate + p->ts_datastack)) && ds[0]) {
+		ds[0] = ts_field(p, t, p->ts_datastack, &err);
+		ds[1] = ts_field(p, t, p->ts_datastack + 8, &err);
+		if (!err && ds[0]) {
 			__u64 lo = ds[0] + p->chunk_data, hi = ds[1];
 			__u64 n;
 
@@ -562,7 +668,7 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 			}
 		}
 	}
-	if (bpf_loop(TL_PY_MAX_FRAMES + MAX_SKIPPED, frame_step, &fw, 0) == TL_PY_MAX_FRAMES + MAX_SKIPPED && w->f)
+	if (bpf_loop(FRAME_STEPS, frame_step, &fw, 0) == FRAME_STEPS && w->f)
 		w->flags |= TL_PYF_TRUNC;
 	*flags |= w->flags;
 	if (!w->depth) {
@@ -575,21 +681,21 @@ static __always_inline __u64 walk(struct tl_py_proc *p, __u64 tstate, struct py_
 	return w->h ? w->h : 1;
 }
 
-static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					      __u32 tgid, __u32 tid, __u8 *flags);
+static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct tstate_hint *hint,
+					      struct task_struct *task, __u32 tgid, __u32 tid, __u8 *flags);
 
 /* The current thread's stack id (0: none), sending the stack if new. */
-static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					__u32 tgid, __u32 tid, __u8 *flags)
+static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch *t, struct tstate_hint *hint,
+					struct task_struct *task, __u32 tgid, __u32 tid, __u8 *flags)
 {
-	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, task, tgid, tid, flags);
+	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, hint, task, tgid, tid, flags);
 
 	stat_add(ST_WALK_NS, bpf_ktime_get_ns() - t0);
 	return id;
 }
 
-static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct task_struct *task,
-					      __u32 tgid, __u32 tid, __u8 *flags)
+static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_scratch *t, struct tstate_hint *hint,
+					      struct task_struct *task, __u32 tgid, __u32 tid, __u8 *flags)
 {
 	struct seen_key key = {};
 	struct tl_py_stack *rec;
@@ -597,7 +703,8 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 	__u8 one = 1;
 
 	stat(ST_WALKS);
-	tstate = find_tstate(p, tid, BPF_CORE_READ(task, thread.fsbase), BPF_CORE_READ(task, start_time), flags);
+	/* task is a trusted pointer (current, or sched_switch's prev): its fields load directly, no helper call */
+	tstate = find_tstate(p, t, hint, tid, task->thread.fsbase, task->start_time, flags);
 	if (!tstate) {
 		stat(ST_NO_STATE);
 		return 0;
@@ -611,11 +718,16 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 		stat(ST_NO_FRAME);
 		return 0;
 	}
+	/* The stack this scratch sent or found seen last time (a loop syncing
+	 * from one line): known to the plugin, no lookup.  Only a stack that
+	 * went out is remembered, so a lost one is still sent again. */
+	if (t->sent_id == id && t->sent_tgid == tgid && t->sent_gen == p->gen)
+		return id;
 	key.tgid = tgid;
 	key.gen = p->gen;
 	key.stack_id = id;
 	if (bpf_map_lookup_elem(&py_seen, &key))
-		return id;
+		goto sent;
 	rec = bpf_ringbuf_reserve(&py_stacks, sizeof(*rec), 0);
 	if (!rec) {
 		stat(ST_STACKS_LOST);  /* not marked seen: sent the next time it is taken */
@@ -629,6 +741,10 @@ static __always_inline __u64 take_stack_timed(struct tl_py_proc *p, struct py_sc
 	bpf_ringbuf_submit(rec, 0);  /* wake the plugin: it reads the code objects while they live */
 	bpf_map_update_elem(&py_seen, &key, &one, BPF_ANY);
 	stat(ST_STACKS);
+sent:
+	t->sent_id = id;
+	t->sent_tgid = tgid;
+	t->sent_gen = p->gen;
 	return id;
 }
 
@@ -700,7 +816,7 @@ int tl_py_call(struct pt_regs *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct tl_py_proc *p;
 	struct py_task *t;
-	__u64 stack, ts, id;
+	__u64 stack, ts, id, dur;
 	__u8 flags = 0;
 
 	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck))
@@ -717,11 +833,14 @@ int tl_py_call(struct pt_regs *ctx)
 	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, &t->s, task, tgid, tid, &flags);
-	/* dur: how long the walk took.  The cuda family's program for the same
-	 * hit stamps its slice before this one began or after it ended, never
+	stack = take_stack_timed(p, &t->s, &t->hint, task, tgid, tid, &flags);
+	/* dur: how long the walk took, also what py_stats counts (one pair of
+	 * clock reads for both).  The cuda family's program for the same hit
+	 * stamps its slice before this one began or after it ended, never
 	 * later than that by much: the converter joins them so. */
-	emit(TL_PY_CALL, ts, bpf_ktime_get_boot_ns() - ts, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags);
+	dur = bpf_ktime_get_boot_ns() - ts;
+	stat_add(ST_WALK_NS, dur);
+	emit(TL_PY_CALL, ts, dur, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags);
 	return 0;
 }
 
@@ -758,7 +877,7 @@ int tl_py_sample(struct bpf_perf_event_data *ctx)
 	s = bpf_map_lookup_elem(&py_sample_scratch, &zero);
 	if (!s)
 		return 0;
-	stack = take_stack(p, s, bpf_get_current_task_btf(), tgid, tid, &flags);
+	stack = take_stack(p, s, NULL, bpf_get_current_task_btf(), tgid, tid, &flags);  /* a per-CPU scratch: no hint */
 	emit(TL_PY_SAMPLE, ts, 0, stack, tid, tgid, 0, flags);
 	return 0;
 }
@@ -802,7 +921,7 @@ int BPF_PROG(tl_py_switch, bool preempt, struct task_struct *prev, struct task_s
 	t = bpf_task_storage_get(&py_task, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
-	stack = take_stack(p, &t->s, prev, tgid, tid, &flags);
+	stack = take_stack(p, &t->s, &t->hint, prev, tgid, tid, &flags);
 	if (!stack)
 		return 0;  /* a thread without Python frames: nothing to show for its wait */
 	t->wait_ts = now ? now : bpf_ktime_get_boot_ns();

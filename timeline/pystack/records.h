@@ -40,6 +40,7 @@
 
 #define TL_PY_NONE 65535  /* an offset the layout does not have */
 #define TL_PY_WINDOW 80   /* bytes read at once from a frame and from a code object */
+#define TL_PY_TSWIN 256  /* bytes of a thread state read at once: thread_id, frame, datastack (all versions) */
 #define TL_PY_CHUNK 16384 /* bytes of a thread's frame stack (3.11+: data stack chunk) read at once */
 #define TL_PY_FREE_STRIPES 64  /* tl_py_proc.frees: counters of freed code objects, by address */
 #define TL_PY_FREE_STRIPE(code) (((code) >> 4) & (TL_PY_FREE_STRIPES - 1))
