@@ -233,7 +233,7 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
         size = rd.size
         total = total or size
         m = LogModel(path=path, size=size, header=rd.header)
-        m.call_links.read_ahead = lambda rings: ring_blocks(path, rings)
+        m.call_links.read_ahead = lambda rings: rings_in_order(path, rings)
         m.families = families_loader(m) if families_loader else []
         first = _FirstPass(m)
         for blk in rd.blocks():
@@ -246,7 +246,7 @@ def scan(path: str, progress: Progress = None, total: int | None = None, familie
     return m
 
 
-def ring_blocks(path: str, rings: set) -> Iterator[tuple[int, np.ndarray]]:
+def rings_in_order(path: str, rings: set) -> Iterator[tuple[int, np.ndarray]]:
     """(ring, records) of each non-empty block of these rings, in file order, stopping at damage
     (what pass 2 reads: call_links reads ahead of it)."""
     with RawLogReader(path) as rd:
