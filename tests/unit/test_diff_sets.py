@@ -146,3 +146,13 @@ def test_input_kinds_and_one_line_errors(tmp_path):
         res = runner.invoke(main, ["diff", *map(str, args), "--no-checks"])
         assert res.exit_code == 2, res.output
         assert len(res.output.strip().splitlines()) == 1 and said in res.output, res.output
+
+
+def test_merged_rank_ignores_chunks_that_show_none():
+    """A set's chunk whose process label's main thread did nothing in it shows no
+    rank; the set keeps the rank the other chunks show, and two ranks give none."""
+    parts = chunks_of(run(1, rank=0), [20, 40])
+    parts[2].context["rank"] = None
+    assert merge_profiles(parts, "run.tlset").profile.context["rank"] == 0
+    parts[1].context["rank"] = 1
+    assert merge_profiles(parts, "run.tlset").profile.context["rank"] is None

@@ -84,7 +84,9 @@ def merge_profiles(parts: list[Profile], path: str) -> Merged:
     context = {**lead.context, "trace": path, "steps": len(steps) if stepped else 0,
                "duration_s": round(sum(p.context.get("duration_s") or 0 for p in parts), 3),
                "step_source": steps.source, "step_label": steps.label}
-    ranks = {p.context.get("rank") for p in parts}
+    # a chunk that shows no rank (its process label's main thread did nothing in it) does
+    # not contradict the others; two different ranks do
+    ranks = {p.context.get("rank") for p in parts} - {None}
     context["rank"] = ranks.pop() if len(ranks) == 1 else None
     merged = Profile(path, context, families, steps,
                      _cat(ps, lambda p: p.states),
