@@ -96,7 +96,7 @@ def test_gpu_steps_kernels_copies_and_launch_delay(libs, tmp_path):
     for kernels, sleep_ms in ((4, 10), (8, 16)):
         path = str(tmp_path / f"k{kernels}.pftrace")
         cp = timeline_cmd("record", "-q", "-o", path, "--", sys.executable,
-                          os.path.join(REPO, "tests", "standins", "gpu_steps.py"), d, "30", str(kernels),
+                          os.path.join(REPO, "tests", "standins", "gpu_steps.py"), d, "40", str(kernels),
                           str(sleep_ms), env=env)
         assert cp.returncode == 0, cp.stderr
         paths.append(path)
