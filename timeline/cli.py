@@ -48,6 +48,12 @@ class _Group(click.Group):
             where = e.ctx.command_path if e.ctx is not None else ctx.command_path
             click.echo(f"timeline: error: {printable(e.format_message())} (see '{where} --help')", err=True)
             sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            # Ctrl-C outside a command's own handling (while it imports, say): the same
+            # line and code as theirs, not click's "Aborted!" and 1
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            click.echo("timeline: interrupted", err=True)
+            sys.exit(130)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
