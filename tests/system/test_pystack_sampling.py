@@ -9,10 +9,13 @@ per second of its CPU time, with its own stack, as StreamingProfilePacket sample
 import json
 import os
 
+import numpy as np
 import pytest
 
+from timeline import proc_records
+from timeline.pystack import records as pystack_records
 from timeline.trace_processor import open_trace
-from helpers import REPO, require_root, timeline_cmd
+from helpers import REPO, assert_one_row_per_pid_and_tid, read_raw, require_root, timeline_cmd
 from pystack_pythons import PYTHONS
 
 WORKERS = os.path.join(REPO, "tests", "pystack_workers.py")
@@ -102,3 +105,42 @@ def test_rate_is_an_option_and_zero_turns_sampling_off(tmp_path):
         assert 0.6 * 300 * out["main_cpu_s"] <= n <= 1.3 * 300 * out["main_cpu_s"] + 20, (n, out)
     finally:
         tp.close()
+
+
+EXITERS = """
+import threading, time
+def spin():
+    end = time.perf_counter() + 0.004
+    while time.perf_counter() < end:
+        pass
+for _ in range(60):
+    ts = [threading.Thread(target=spin) for _ in range(4)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+"""
+
+
+def test_no_sample_of_a_thread_after_its_exit(tmp_path):
+    """240 threads that spin until they exit, sampled at 2 kHz: an exiting thread
+    stays tracked until its last switch-out, and a timer firing in its exit path
+    (~1 in 20 exits here before the fix) made a sample later than the thread's
+    exit record, which trace_processor filed on a second, ghost thread."""
+    require_root()
+    if MAIN is None:
+        pytest.skip("no supported CPython here")
+    trace = str(tmp_path / "exit.pftrace")
+    cp = timeline_cmd("record", "-e", "sched,pystack", "--py-sample-hz", "2000", "--keep-raw", "-o", trace,
+                      "--", MAIN, "-c", EXITERS)
+    assert cp.returncode == 0, cp.stderr
+    raw = read_raw(str(tmp_path / "exit.tlraw"))
+    exits = raw["proc"][raw["proc"]["kind"] == proc_records.PROC_EXIT]
+    exit_ts = dict(zip(exits["tid"].tolist(), exits["ts"].tolist()))
+    samples = np.concatenate(raw["pystack"])
+    samples = samples[samples["kind"] == pystack_records.PY_SAMPLE]
+    threads = set(samples["tid"].tolist()) & set(exit_ts) - {int(samples["tgid"][0])}
+    assert len(threads) > 100, len(threads)  # the short threads were sampled
+    late = [(t, ts - exit_ts[t]) for t, ts in zip(samples["tid"].tolist(), samples["ts"].tolist())
+            if t in exit_ts and ts > exit_ts[t]]
+    assert not late, late
+    with open_trace(trace) as tp:
+        assert_one_row_per_pid_and_tid(tp)

@@ -859,6 +859,8 @@ int tl_py_code_free(struct pt_regs *ctx)
 
 /* CPU sampling: a perf_event timer on every CPU (the plugin opens them,
  * --py-sample-hz); the recorded Python thread running there is sampled. */
+#define TL_PF_EXITING 0x00000004  /* include/linux/sched.h PF_EXITING: set at do_exit's start */
+
 SEC("perf_event")
 int tl_py_sample(struct bpf_perf_event_data *ctx)
 {
@@ -869,7 +871,14 @@ int tl_py_sample(struct bpf_perf_event_data *ctx)
 	__u64 stack;
 	__u8 flags = 0;
 
+	struct task_struct *task = bpf_get_current_task_btf();
+
 	if (!tl_is_tracked(tid))
+		return 0;
+	/* An exiting thread stays tracked until its last switch-out, tens of µs past
+	 * its exit record: a sample there would outlive the thread in the trace (and
+	 * trace_processor would give it a second, ghost thread). */
+	if (task->flags & TL_PF_EXITING)
 		return 0;
 	p = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!p)
@@ -877,7 +886,7 @@ int tl_py_sample(struct bpf_perf_event_data *ctx)
 	s = bpf_map_lookup_elem(&py_sample_scratch, &zero);
 	if (!s)
 		return 0;
-	stack = take_stack(p, s, NULL, bpf_get_current_task_btf(), tgid, tid, &flags);  /* a per-CPU scratch: no hint */
+	stack = take_stack(p, s, NULL, task, tgid, tid, &flags);  /* a per-CPU scratch: no hint */
 	emit(TL_PY_SAMPLE, ts, 0, stack, tid, tgid, 0, flags);
 	return 0;
 }
