@@ -25,7 +25,8 @@ makes of it:
 - rename: task_rename -> thread name (and process name for a main thread).
 - exec: sched_process_exec (kept for the raw/ftrace_event table) plus a
   task_rename to the new comm, which is what actually renames the thread.
-- exit: sched_process_exit + sched_process_free, both at the exit time.  Only
+- exit: sched_process_exit at the exit time, sched_process_free 1 ns after the
+  thread's final switch-out (or at the exit time, none known).  Only
   sched_process_free ends a thread (thread.end_ts, and process.end_ts for a
   main thread); sched_process_exit alone just lands in ftrace_event.
 - process_tree (cmdline, ppid, tid -> tgid, thread names): one packet per
@@ -278,9 +279,11 @@ class PerfettoWriter:
             # so a leader that exits before its other threads is freed only
             # when the group dies (it stays a zombie until then anyway).
             # A thread is freed at its final switch-out, which can come well
-            # after the exit tracepoint (teardown of mm, files...).
+            # after the exit tracepoint (teardown of mm, files...): 1 ns after it, as
+            # trace_processor orders equal times as it likes, and a free before
+            # that switch made the switch start a second, ghost copy of the thread.
             th = self.m.threads.get(tid)
-            free_ts = max(ts, th.end_ts) if th is not None and th.end_ts is not None else ts
+            free_ts = max(ts, th.end_ts + 1) if th is not None and th.end_ts is not None else ts
             if tid == tgid and not flags & proc_records.PF_GROUP_DEAD:
                 self._early_leaders[tgid] = comm
             else:
