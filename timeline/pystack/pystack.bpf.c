@@ -448,9 +448,14 @@ static __always_inline __u64 find_tstate(struct tl_py_proc *p, struct py_scratch
 	head_id = head ? read_u64(head + p->ts_thread_id, &err) : 0;
 	err = 0;
 	/* "No state" stands while the list's head is unchanged, and so is its
-	 * thread_id: a thread that blocked before binding the state made for it
-	 * is looked for again once it has. */
-	if (c && !c->tstate && c->head == head && c->head_id == head_id && now - c->ts < NEG_CACHE_NS) {
+	 * thread_id, for a thread without one for NEG_CACHE_NS already: a new
+	 * thread binds the state its parent made for it within its first
+	 * moments, and that state need not be the head (threads started
+	 * together: the head is the last one's, still unbound, while the first
+	 * binds its own deeper in the list and blocks; CI saw such a thread's
+	 * 0.3 s wait go without a stack). */
+	if (c && !c->tstate && c->head == head && c->head_id == head_id && now - c->ts < NEG_CACHE_NS &&
+	    c->since && c->born == born && now - c->since >= NEG_CACHE_NS) {
 		*flags |= TL_PYF_NO_STATE;
 		return 0;
 	}
