@@ -68,14 +68,16 @@ DRIVER_CBIDS = {17: "cuCtxSynchronize", 121: "cuEventSynchronize", 126: "cuStrea
                 477: "cuLaunchCooperativeKernel", 478: "cuLaunchCooperativeKernel", 514: "cuGraphLaunch",
                 515: "cuGraphLaunch", 652: "cuLaunchKernelEx", 653: "cuLaunchKernelEx"}
 
-# the calls whose API record stands for GPU work to come (a launch, copy or memset; not a wait)
-_CAUSES_WORK = {(d, c) for d, ids in ((True, DRIVER_CBIDS), (False, RUNTIME_CBIDS))
-                for c, name in ids.items() if "Synchronize" not in name}
+# the calls whose API record stands for GPU work to come (a launch, copy or memset; not a wait),
+# as driver << 32 | cbid
+_CAUSES_WORK = np.array(sorted(d << 32 | c for d, ids in ((1, DRIVER_CBIDS), (0, RUNTIME_CBIDS))
+                               for c, name in ids.items() if "Synchronize" not in name), np.int64)
 
 
-def _waits_for_work(flags: np.ndarray, cbid: np.ndarray) -> np.ndarray:
-    driver = (flags & R.GF_DRIVER) != 0
-    return np.array([(d, c) in _CAUSES_WORK for d, c in zip(driver.tolist(), cbid.tolist())], bool)
+def _causes_work(flags: np.ndarray, cbid: np.ndarray) -> np.ndarray:
+    """Per API record: its call causes GPU work (one pass, no Python step per record)."""
+    driver = ((flags & R.GF_DRIVER) != 0).astype(np.int64)
+    return np.isin(driver << 32 | np.asarray(cbid, np.int64), _CAUSES_WORK)
 
 
 def _unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +219,7 @@ class GpuConverter(FamilyConverter):
         self._release_at = RELEASE_ROWS
         self._busy: dict[int, _Busy] = {}               # device -> its busy % bins
         self._nvtx_recs: list[np.ndarray] = []
-        self._links = WorkLinks(model.call_links, _waits_for_work)  # made ahead of pass 2, in windows
+        self._links = WorkLinks(model.call_links, _causes_work)  # made ahead of pass 2, in windows
 
     # -- pass 1
     def scan_meta(self, meta: dict) -> None:

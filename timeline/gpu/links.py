@@ -38,11 +38,11 @@ def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
 
 
 class WorkLinks:
-    def __init__(self, links, waits_for_work):
-        """links: the model's CallLinks; waits_for_work(flags, cbid) -> bool per API record: its call
+    def __init__(self, links, causes_work):
+        """links: the model's CallLinks; causes_work(flags, cbid) -> bool per API record: its call
         causes GPU work (what `idle` counts)."""
         self.links = links
-        self.waits_for_work = waits_for_work
+        self.causes_work = causes_work
         self.n = 0                                          # ring-7 records read ahead
         self._api: list[tuple[np.ndarray, ...]] = []        # API records not settled, column by column
         self._work: list[tuple[np.ndarray, ...]] = []       # (key, number, clock when read) of work not settled
@@ -139,7 +139,7 @@ class WorkLinks:
             none = np.ones(chosen[0].size, bool)
             none[used] = False
             cols = chosen[1]
-            self.idle += int(self.waits_for_work(cols[5][none], cols[6][none]).sum())
+            self.idle += int(self.causes_work(cols[5][none], cols[6][none]).sum())
         return None
 
     def unmatched(self, mask: np.ndarray) -> None:
