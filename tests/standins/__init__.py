@@ -40,7 +40,8 @@ def build(dirpath: str) -> dict[str, str]:
 
 
 def build_gpu(dirpath: str) -> dict[str, str]:
-    """The CUDA stand-ins plus a stand-in libcupti.so.12 and an NVTX caller, compiled
+    """The CUDA stand-ins plus a stand-in libcupti.so.12, an NVTX caller and a library with its own
+    CUDA runtime (as cuBLAS), compiled
     against the same NVIDIA headers as timeline's injection library, and that library."""
     from timeline.bpf import build_inject
 
@@ -59,7 +60,9 @@ def build_gpu(dirpath: str) -> dict[str, str]:
     for name, src, flags in (("libcupti.so.12", "cupti.c", ["-Wl,-soname,libcupti.so.12", "-ldl", "-lpthread"]),
                              ("libnvtx_caller.so", "nvtx_caller.c", ["-ldl"]),
                              ("liblaunch_loop.so", "launch_loop.c", ["-ldl", f"-L{dirpath}", "-l:libcudart.so.12",
-                                                                     "-Wl,-rpath,$ORIGIN"])):
+                                                                     "-Wl,-rpath,$ORIGIN"]),
+                             ("libstatic_runtime.so", "static_runtime.c", [f"-L{dirpath}", "-l:libcuda.so.1",
+                                                                           "-Wl,-rpath,$ORIGIN"])):
         path = os.path.join(dirpath, name)
         subprocess.run([cc, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", *inc, "-o", path,
                         os.path.join(HERE, src), *flags], check=True, capture_output=True, text=True)

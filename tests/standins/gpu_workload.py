@@ -10,6 +10,8 @@ DIR holds the stand-in libraries (tests/standins build_gpu).  MODE:
     nvtx    NVTX only (no CUDA call: cuInit never runs)
     deep    N nested NVTX push/pop
     bench   N cudaLaunchKernel calls; prints launches/s
+    library N launches by a library with its own CUDA runtime (as cuBLAS), from
+            library_calls(); the JSON names the calling line ("library_line")
 Prints one JSON line: pid, tid, window [t0, t1] in CLOCK_BOOTTIME ns, and what it did.
 """
 import ctypes
@@ -27,6 +29,13 @@ P = c_void_p
 
 def boottime() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def library_calls(lib, n: int, stream) -> int:
+    """n launches through the library; returns the line that makes them."""
+    for _ in range(n):
+        lib.standin_library_gemm(P(0xbeef), stream)
+    return library_calls.__code__.co_firstlineno + 3
 
 
 def main() -> None:
@@ -53,6 +62,12 @@ def main() -> None:
             nv.nvtx_push(b"d%d" % i)
         for i in range(n):
             nv.nvtx_pop()
+    elif mode == "library":
+        time.sleep(0.2)  # a real job imports for a while first: the recorder finds its interpreter
+        lib = ctypes.CDLL(os.path.join(d, "libstatic_runtime.so"))
+        lib.standin_library_gemm.argtypes = [P, P]
+        out["library_line"] = library_calls(lib, n, stream)
+        time.sleep(0.3)  # the recorder names new code objects while the process lives
     elif mode == "bench":
         dev = P()
         rt.cudaMalloc(byref(dev), 1 << 20)

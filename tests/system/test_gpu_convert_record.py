@@ -51,3 +51,43 @@ def test_recorded_standin_workload_converts_with_every_flow(tmp_path):
                 if ns == "args" else {r[0] for r in tp.query("""select distinct t.name from slice s
                       join track t on s.track_id = t.id where s.category glob 'gpu_*'""").rows}
             assert tracks and all(t.startswith("GPU 0 \u00b7 stream ") for t in tracks), tracks
+
+
+def test_library_launches_flow_from_the_driver_call_with_its_python_stack(tmp_path):
+    """STAND-INS: a library with its own CUDA runtime (as cuBLAS and cuDNN) launches through the driver
+    API; CUPTI records the runtime call, which no uprobe sees, and the cuda family records the
+    cuLaunchKernel inside it.  Every kernel's flow starts at that cuLaunchKernel slice, which carries
+    the Python line that called the library (--py-launch-every 1); no slice is made from CUPTI's."""
+    import json
+    import os
+    import sys
+
+    from helpers import REPO, require_root, timeline_cmd
+    from standins import build_gpu
+    from test_cuda_record import slices
+
+    require_root()
+    libs = build_gpu(str(tmp_path))
+    raw, trace = str(tmp_path / "lib.tlraw"), str(tmp_path / "lib.pftrace")
+    n = 12
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "standins"))
+    for k in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "TIMELINE_GPU_SOCKET", "TIMELINE_CUPTI_PATH"):
+        env.pop(k, None)
+    cp = timeline_cmd("record", "--raw-only", "-e", "sched,cuda,gpu,pystack", "--py-sample-hz", "0",
+                      "--py-launch-every", "1", "--cuda-lib", libs["libcuda.so.1"], "-o", raw, "--", sys.executable,
+                      os.path.join(REPO, "tests", "standins", "gpu_workload.py"),
+                      os.path.dirname(libs["libcudart.so.12"]), "library", str(n), env=env)
+    assert cp.returncode == 0, cp.stderr
+    info = json.loads(cp.stdout.splitlines()[0])
+    convert(raw, trace)
+    with open_trace(trace, engine="wasm") as tp:
+        rows = tp.query("""select c.id, c.name, extract_arg(c.arg_set_id, 'debug.source') from slice g
+                           join flow f on f.slice_in = g.id join slice c on c.id = f.slice_out
+                           where g.category = 'gpu_kernel'""").rows
+        assert len(rows) == n and {(r[1], r[2]) for r in rows} == {("cuLaunchKernel", None)}, rows
+        calls = {r["id"]: r for r in slices(tp, f"s.name = 'cuLaunchKernel' and t.tid = {info['tid']}")}
+        assert set(calls) == {r[0] for r in rows}
+        where = f"gpu_workload.py:{info['library_line']} library_calls \u2190 "
+        assert all(c.get("py", "").startswith(where) for c in calls.values()), [c.get("py") for c in calls.values()]
+        made = tp.query("select count(*) from slice where extract_arg(arg_set_id, 'debug.source') = 'cupti'")
+        assert made.rows[0][0] == 0

@@ -402,3 +402,40 @@ def test_checks_quiet_on_gpu_bound_conversion(check_traces):
     assert st["gpu_queue_delay"].findings[0].evidence["delay_p50_us"] > 1000
     assert st["comm_overlap"].findings[0].evidence["overlap_fraction"] == 1
     assert result(check_traces["gpu"], "wasm", "host_gpu_gaps").status == "ok"
+
+
+def test_static_runtime_launch_flows_from_the_driver_call_inside(tmp_path):
+    """cuBLAS/cuDNN carry their own CUDA runtime: CUPTI records its cudaLaunchKernel, which no
+    uprobe sees, and the cuda family records the cuLaunchKernel that runtime makes inside it.  The
+    kernel's flow starts at that driver slice (the one a Python stack is taken at), with no slice
+    made from CUPTI's record; a driver call on another thread is not taken for it."""
+    g = GpuLog(span_us=20_000)
+    k = g.string(1, KERNEL_MANGLED)
+
+    def static_launch(t, driver_tid):
+        g.corr += 1
+        g.call("cuLaunchKernel", us(t + 3), 2_000, tid=driver_tid)
+        g.rec(R.API, us(t), us(t + 8), tid=TID, correlation=g.corr, domain=RUNTIME_LAUNCH)
+        g.rec(R.KERNEL, us(t + 20), us(t + 90), correlation=g.corr, device=0, stream=7, name=k,
+              grid=(1, 1, 1), block=(32, 1, 1))
+        return g.corr
+
+    inside = static_launch(1000, TID)
+    elsewhere = static_launch(2000, WORKER)
+    contained = g.launch("cudaLaunchKernel", us(3000), 10_000, [(k, us(3020), us(3100))])
+    raw = g.write(tmp_path / "static.tlraw")
+    out = str(tmp_path / "t.pftrace")
+    convert(raw, out)
+    with open_trace(out, engine="wasm") as tp:
+        rows = tp.query("""select extract_arg(g.arg_set_id, 'debug.correlation_id'), c.name, c.ts, t.tid,
+                                  extract_arg(c.arg_set_id, 'debug.source')
+                           from slice g join flow f on f.slice_in = g.id join slice c on c.id = f.slice_out
+                           join thread_track tt on c.track_id = tt.id join thread t using (utid)
+                           where g.category = 'gpu_kernel'""").rows
+        src = {r[0]: r[1:] for r in rows}
+        assert src[inside] == ("cuLaunchKernel", us(1003), TID, None), rows
+        assert src[elsewhere] == ("cudaLaunchKernel", us(2000), TID, "cupti"), rows
+        assert src[contained] == ("cudaLaunchKernel", us(3000), TID, None), rows
+        made = tp.query("select count(*) from slice where extract_arg(arg_set_id, 'debug.source') = 'cupti'")
+        assert made.rows[0][0] == 1
+        assert_one_row_per_pid_and_tid(tp)

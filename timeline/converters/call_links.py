@@ -31,7 +31,10 @@ the window is linked at its end, in one round, as a whole.
 
 Matching: on the thread, the outermost call containing [t0, t1] (the call the
 program made: cudaLaunchKernel rather than the cuLaunchKernel it makes
-inside; ncclAllReduce rather than its launches).  A call recorded with no
+inside; ncclAllReduce rather than its launches); when none contains it, the
+last top-level call inside [t0, t1] (the API record is of a runtime call the
+family did not probe, such as the CUDA runtime linked into cuBLAS and cuDNN,
+and the call inside is the driver call it made: cuLaunchKernel).  A call recorded with no
 duration (the cuda family's entry-only mode) matches when it starts at most
 ENTRY_SLACK_NS before t0.  A tid the log does not know as a thread of pid
 (CUPTI's own thread ids are not always the kernel's) is matched against all
@@ -163,8 +166,8 @@ class CallLinks:
             got = np.full(pid.size, -1, np.int64)  # seq of the matched call
             if calls:
                 cseq, ctid, cpid, cts, cend = calls
-                if cut is not None:  # the calls that can hold these wants (not those started after them)
-                    early = cts <= t0.max()
+                if cut is not None:  # the calls that can hold these wants or lie inside them (not those started after them)
+                    early = cts <= t1.max()
                     cseq, ctid, cpid, cts, cend = (c[early] for c in calls)
                 known = np.isin((pid << 32) | (tid & 0xFFFFFFFF), self._known)
                 self._match(got, known, tid, t0, t1, ctid, cseq, cts, cend, outermost=True)
@@ -198,10 +201,17 @@ class CallLinks:
                 reach = np.maximum.accumulate(end)
                 top = np.ones(ts.size, bool)
                 top[1:] = ts[1:] >= reach[:-1]
-                root = np.maximum.accumulate(np.where(top, np.arange(ts.size), 0))[i]
-                pick = np.where(has & (end[root] >= t1[w]), root, pick)
+                root = np.maximum.accumulate(np.where(top, np.arange(ts.size), 0))
+                pick = np.where(has & (end[root[i]] >= t1[w]), root[i], pick)
             entry_only = has & (pick < 0) & (end[i] == ts[i]) & (t0[w] - ts[i] <= ENTRY_SLACK_NS)
             pick = np.where(entry_only, i, pick)
+            if outermost:
+                # no call contains it: a call inside it, made by a runtime the family did not probe
+                # (the CUDA runtime linked into cuBLAS/cuDNN calls cuLaunchKernel), the last one
+                j = np.searchsorted(ts, t1[w], "right") - 1
+                r = root[np.maximum(j, 0)]
+                inside = (pick < 0) & (j >= 0) & (ts[r] >= t0[w]) & (end[r] <= t1[w])
+                pick = np.where(inside, r, pick)
             got[w] = np.where(pick >= 0, seq[np.maximum(pick, 0)], -1)
 
 
