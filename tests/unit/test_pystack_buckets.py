@@ -4,8 +4,10 @@ A sample of a thread with a thread state but no frame on it (PYF_NO_FRAME:
 start-up, finalization, C entered without a frame) or whose stack could not
 be read (PYF_FAULT) still took the thread's CPU: it is kept as a one-frame
 stack naming why, in both formats, so the thread's samples add up to its
-sampled CPU time.  A thread with no thread state (PYF_NO_STATE: a C thread)
-gets no samples, nor does one whose only samples are failed searches.
+sampled CPU time.  A thread never seen with a Python stack gets no samples:
+one with no thread state (PYF_NO_STATE: a C thread), one whose only samples
+are failed searches, one whose thread state never held a frame (torch's
+autograd device threads).
 python_hotspots takes its shares over all the main thread's samples and
 names the buckets on a line of their own, never as a hot function.
 """
@@ -22,13 +24,14 @@ from timeline.pystack.converter import NO_FRAME, UNREADABLE
 from timeline.trace_processor import open_trace
 from rawlog_factory import T, LogBuilder, end_block
 
-PID, C_TID, C_FAULT_TID = 20000, 20001, 20002
+PID, C_TID, C_FAULT_TID, C_STATE_TID = 20000, 20001, 20002, 20003
 STACK = 0x5151
 PERIOD = 10_101_010  # 99 Hz
 # the main thread: 60 samples in a Python function, then 30 without a frame, 10 unreadable
 MAIN = [(STACK, 0)] * 60 + [(0, R.PYF_NO_FRAME)] * 30 + [(0, R.PYF_FAULT)] * 10
 C_POOL = [(0, R.PYF_NO_STATE)] * 40                                     # a C thread: no samples
 C_FAULT = [(0, R.PYF_FAULT)] * 5 + [(0, R.PYF_FAULT | R.PYF_NO_STATE)] * 5  # never seen with a state: none
+C_STATE = [(0, R.PYF_NO_FRAME)] * 20 + [(0, R.PYF_FAULT)] * 2           # a state, never a frame: none
 SAMPLES = """select f.name, count(*) from cpu_profile_stack_sample ps join thread t using (utid)
              join stack_profile_callsite c on c.id = ps.callsite_id join stack_profile_frame f on f.id = c.frame_id
              where t.tid = {tid} group by f.name order by f.name"""
@@ -39,14 +42,15 @@ def write_log(path):
     b.header["clock"]["monotonic_ns"] = b.header["clock"]["boottime_ns"] - 1_000_000
     b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
     b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
-    for tid in (C_TID, C_FAULT_TID):
+    for tid in (C_TID, C_FAULT_TID, C_STATE_TID):
         b.fork(T(3), 0, PID, PID, tid, PID, "python3", "python3", thread=True)
     b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 99}
     b.flush()
     b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4),
                               "frames": [[0, "spin", "/w/train.py", 12], [1, "<module>", "/w/train.py", 20]],
                               "stacks": [[PID, f"{STACK:x}", 0, [0, 1]]]}))
-    rows = [(tid, i, sid, flags) for tid, samples in ((PID, MAIN), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT))
+    rows = [(tid, i, sid, flags)
+            for tid, samples in ((PID, MAIN), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT), (C_STATE_TID, C_STATE))
             for i, (sid, flags) in enumerate(samples)]
     a = np.zeros(len(rows), R.PY_EVENT)
     for k, (tid, i, sid, flags) in enumerate(rows):

@@ -37,8 +37,10 @@ UNKNOWN_CODE = "<unknown code>"  # a frame naming a code object the log does not
 TRUNCATED = f"<more than {R.PY_MAX_FRAMES} frames>"
 # A sample without a Python stack still took the thread's CPU: it is kept as a
 # one-frame stack naming why (bookkeeping names, in <>, no file), so a thread's
-# samples add up to the CPU time it used.  Samples of threads with no thread
-# state at all (C threads: torch's intra-op pool) stay out (docs/python-stacks.md).
+# samples add up to the CPU time it used.  Only on threads seen with a Python
+# stack: threads with no thread state (C threads: torch's intra-op pool) or
+# none that ever held a frame (torch's autograd device threads keep a state
+# for life and run C++) get no samples track (docs/python-stacks.md).
 NO_FRAME = "<no Python frame>"          # a thread state with no frame on it: start-up, shutdown, C entered frameless
 UNREADABLE = "<Python stack unreadable>"  # the walk could not read the interpreter's memory
 BUCKETS = {R.PYF_NO_FRAME: NO_FRAME, R.PYF_FAULT: UNREADABLE}
@@ -112,7 +114,7 @@ class PyStackConverter(FamilyConverter):
         self._uses: dict[tuple[int, int], int] | None = {}  # (pid, stack id) -> samples of it, until ranked
         self.buckets: dict[int, int] = {}          # PYF_NO_FRAME / PYF_FAULT -> callstack index of its one frame
         self._bucket_uses: dict[int, int] = {}
-        self._py_threads: set[int] = set()          # tgid << 32 | tid of threads seen with a thread state
+        self._py_threads: set[int] = set()          # tgid << 32 | tid of threads seen with a Python stack
 
     # -- pass 1 ---------------------------------------------------------------
     def scan_meta(self, meta: dict) -> None:
@@ -170,8 +172,7 @@ class PyStackConverter(FamilyConverter):
             ids, n = np.unique(sampled["stack_id"][sampled["tgid"] == p], return_counts=True)
             for i, c in zip(ids.tolist(), n.tolist()):
                 self._uses[(p, i)] = self._uses.get((p, i), 0) + c
-        stated = (recs["stack_id"] != 0) | ((recs["flags"] & R.PYF_NO_FRAME) != 0)
-        self._py_threads.update(np.unique(self._thread_keys(recs[stated])).tolist())
+        self._py_threads.update(np.unique(self._thread_keys(recs[recs["stack_id"] != 0])).tolist())
         why = self._why(recs)
         for flag, name in BUCKETS.items():
             n = int(np.count_nonzero(why == flag))
@@ -293,10 +294,11 @@ class PyStackConverter(FamilyConverter):
         stacks = np.where(self._sampled(recs), stacks, -1)
         why = self._why(recs)
         if why.any():
-            # a failed read counts on a thread seen with a thread state: it may
-            # have been a C thread's search, and those get no samples track
+            # only on threads seen with a Python stack (pass 1 saw them all): a failed
+            # read may have been a C thread's search, and a thread that never held a
+            # frame ran no Python code of the user's: no samples track for either
             seen = np.fromiter(self._py_threads, np.int64, len(self._py_threads))
-            why[(why == R.PYF_FAULT) & ~np.isin(self._thread_keys(recs), seen)] = 0
+            why[~np.isin(self._thread_keys(recs), seen)] = 0
             for flag, s in self.buckets.items():
                 stacks[why == flag] = s
         known = np.flatnonzero(stacks >= 0)
