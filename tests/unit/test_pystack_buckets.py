@@ -37,14 +37,15 @@ SAMPLES = """select f.name, count(*) from cpu_profile_stack_sample ps join threa
              where t.tid = {tid} group by f.name order by f.name"""
 
 
-def write_log(path):
+def write_log(path, sample_hz=99):
+    """sample_hz 0: the records are waits (the samples when the CPU timer is off)."""
     b = LogBuilder(target_pid=PID)
     b.header["clock"]["monotonic_ns"] = b.header["clock"]["boottime_ns"] - 1_000_000
     b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
     b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
     for tid in (C_TID, C_FAULT_TID, C_STATE_TID):
         b.fork(T(3), 0, PID, PID, tid, PID, "python3", "python3", thread=True)
-    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 99}
+    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": sample_hz}
     b.flush()
     b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4),
                               "frames": [[0, "spin", "/w/train.py", 12], [1, "<module>", "/w/train.py", 20]],
@@ -54,7 +55,8 @@ def write_log(path):
             for i, (sid, flags) in enumerate(samples)]
     a = np.zeros(len(rows), R.PY_EVENT)
     for k, (tid, i, sid, flags) in enumerate(rows):
-        a[k] = (T(100) + i * PERIOD, 0, sid, tid, PID, 0, 0, R.PY_SAMPLE, flags)
+        a[k] = (T(100) + i * PERIOD, 0 if sample_hz else 1000, sid, tid, PID, 0, 0,
+                R.PY_SAMPLE if sample_hz else R.PY_WAIT, flags)
     a = a[np.argsort(a["ts"], kind="stable")]
     b.header["rings"][str(R.RING_PYSTACK)] = {"name": "pystack", "record_size": R.PY_EVENT.itemsize,
                                               "stride": ev.ring_stride(R.PY_EVENT)}
@@ -105,6 +107,19 @@ def test_samples_without_a_stack_are_kept_as_the_reason_in_chrome_json(raw, tmp_
             got[key] = got.get(key, 0) + 1
     assert got == {(PID, "spin (train.py:12)", "train.py:12 spin \u2190 train.py:20 <module>", True): 60,
                    (PID, NO_FRAME, NO_FRAME, False): 30, (PID, UNREADABLE, UNREADABLE, False): 10}
+
+
+def test_without_the_cpu_timer_waits_without_a_stack_are_bucketed_too(tmp_path):
+    out = str(tmp_path / "w.pftrace")
+    convert(write_log(tmp_path / "w.tlraw", sample_hz=0), out)
+    with open_trace(out) as tp:
+        assert tp.query(SAMPLES.replace("cpu_profile_stack_sample", "perf_sample").format(tid=PID)).rows == sorted([
+            ("spin (train.py:12)", 60), (NO_FRAME, 30), (UNREADABLE, 10)])
+        assert tp.query("select distinct t.tid from perf_sample join thread t using (utid)").rows == [(PID,)]
+        # the wait slices' `py` arg still says no stack was taken
+        assert tp.query("""select extract_arg(arg_set_id, 'debug.py'), count(*) from slice where name = 'wait'
+                           group by 1 order by 1""").rows == [
+            ("?", 30 + 10 + len(C_POOL) + len(C_FAULT) + len(C_STATE)), ("train.py:12 spin \u2190 train.py:20 <module>", 60)]
 
 
 def test_the_check_knows_the_bucket_names():
