@@ -35,6 +35,15 @@ JOIN_SLACK_NS = 500_000  # a stack and the call slice it belongs to start this c
 UNKNOWN_STACK = "?"
 UNKNOWN_CODE = "<unknown code>"  # a frame naming a code object the log does not hold (damaged input)
 TRUNCATED = f"<more than {R.PY_MAX_FRAMES} frames>"
+# A sample without a Python stack still took the thread's CPU: it is kept as a
+# one-frame stack naming why (bookkeeping names, in <>, no file), so a thread's
+# samples add up to the CPU time it used.  Only on threads seen with a Python
+# stack: threads with no thread state (C threads: torch's intra-op pool) or
+# none that ever held a frame (torch's autograd device threads keep a state
+# for life and run C++) get no samples track (docs/python-stacks.md).
+NO_FRAME = "<no Python frame>"          # a thread state with no frame on it: start-up, shutdown, C entered frameless
+UNREADABLE = "<Python stack unreadable>"  # the walk could not read the interpreter's memory
+BUCKETS = {R.PYF_NO_FRAME: NO_FRAME, R.PYF_FAULT: UNREADABLE}
 
 
 class FrameNames:
@@ -103,6 +112,9 @@ class PyStackConverter(FamilyConverter):
         self._by_key: np.ndarray | None = None
         self._fn_ids = {n: i for i, n in enumerate(sorted(set(self.probe_names.values()))[:255])}  # function -> small id
         self._uses: dict[tuple[int, int], int] | None = {}  # (pid, stack id) -> samples of it, until ranked
+        self.buckets: dict[int, int] = {}          # PYF_NO_FRAME / PYF_FAULT -> callstack index of its one frame
+        self._bucket_uses: dict[int, int] = {}
+        self._py_threads: set[int] = set()          # tgid << 32 | tid of threads seen with a Python stack
 
     # -- pass 1 ---------------------------------------------------------------
     def scan_meta(self, meta: dict) -> None:
@@ -160,6 +172,28 @@ class PyStackConverter(FamilyConverter):
             ids, n = np.unique(sampled["stack_id"][sampled["tgid"] == p], return_counts=True)
             for i, c in zip(ids.tolist(), n.tolist()):
                 self._uses[(p, i)] = self._uses.get((p, i), 0) + c
+        self._py_threads.update(np.unique(self._thread_keys(recs[recs["stack_id"] != 0])).tolist())
+        why = self._why(recs)
+        for flag, name in BUCKETS.items():
+            n = int(np.count_nonzero(why == flag))
+            if n:
+                if flag not in self.buckets:
+                    self.buckets[flag] = len(self.callstacks)
+                    self.callstacks.append((self._frame((name, "", 0)),))
+                self._bucket_uses[flag] = self._bucket_uses.get(flag, 0) + n
+
+    @staticmethod
+    def _thread_keys(recs: np.ndarray) -> np.ndarray:
+        return (recs["tgid"].astype(np.int64) << 32) | recs["tid"].astype(np.int64)
+
+    def _why(self, recs: np.ndarray) -> np.ndarray:
+        """Per record, the bucket of a sample taken without a stack: PYF_NO_FRAME
+        (the walk found the thread state: never set with NO_STATE) or PYF_FAULT;
+        0: none, or a stack."""
+        flags = recs["flags"]
+        why = np.where((flags & R.PYF_NO_FRAME) != 0, R.PYF_NO_FRAME,
+                       np.where((flags & R.PYF_FAULT) != 0, R.PYF_FAULT, 0))
+        return np.where(self._sampled(recs) & (recs["stack_id"] == 0), why, 0)
 
     def _sampled(self, recs: np.ndarray) -> np.ndarray:
         """Which records are samples: CPU samples when the recording took them (an
@@ -177,11 +211,14 @@ class PyStackConverter(FamilyConverter):
         uses = np.zeros(len(self.callstacks), np.int64)
         for key, s in self.stacks.items():
             uses[s] += self._uses.get(key, 0)
+        for flag, s in self.buckets.items():
+            uses[s] += self._bucket_uses.get(flag, 0)
         order = np.argsort(-uses, kind="stable")  # ties: the log's order
         new = np.empty_like(order)
         new[order] = np.arange(order.size)
         self.callstacks = [self.callstacks[i] for i in order.tolist()]
         self.stacks = {k: int(new[s]) for k, s in self.stacks.items()}
+        self.buckets = {f: int(new[s]) for f, s in self.buckets.items()}
         self.texts, self._keys, self._uses = {}, None, None
 
     def _stack_index(self, pids: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -243,6 +280,8 @@ class PyStackConverter(FamilyConverter):
 
     # -- pass 2 ---------------------------------------------------------------
     def emit_ring(self, sink, ring: int, recs: np.ndarray) -> None:
+        if self._uses is not None:  # pass 2 has begun: number the stacks before any is written
+            self._rank_stacks()
         has = recs["stack_id"] != 0
         stacks = np.full(recs.size, -1, np.int64)
         if has.any():
@@ -252,7 +291,17 @@ class PyStackConverter(FamilyConverter):
             w = recs[waits]
             sink.slices(w["ts"], w["dur"], w["tid"], w["tgid"], WAIT_NAME, CATEGORY,
                         [self._arg(np.arange(waits.size), stacks[waits], waits.size)])
-        known = np.flatnonzero((stacks >= 0) & self._sampled(recs))
+        stacks = np.where(self._sampled(recs), stacks, -1)
+        why = self._why(recs)
+        if why.any():
+            # only on threads seen with a Python stack (pass 1 saw them all): a failed
+            # read may have been a C thread's search, and a thread that never held a
+            # frame ran no Python code of the user's: no samples track for either
+            seen = np.fromiter(self._py_threads, np.int64, len(self._py_threads))
+            why[~np.isin(self._thread_keys(recs), seen)] = 0
+            for flag, s in self.buckets.items():
+                stacks[why == flag] = s
+        known = np.flatnonzero(stacks >= 0)
         if known.size and self.callstacks:
             # field by field: no copy of the 40-byte records
             sink.stack_samples(recs["ts"][known], recs["tid"][known], recs["tgid"][known], stacks[known],
