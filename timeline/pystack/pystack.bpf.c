@@ -821,21 +821,26 @@ int tl_py_call(struct pt_regs *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct tl_py_proc *p;
 	struct py_task *t;
-	__u64 stack, ts, id, dur;
+	__u64 stack, ts, dur;
 	__u8 flags = 0;
 
 	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck))
 		return 0;
 	ts = bpf_ktime_get_boot_ns();
-	id = bpf_get_current_pid_tgid();
-	tid = (__u32)id;
-	tgid = id >> 32;
-	if (!tl_is_tracked(tid))
+	tid = task->pid;  /* a trusted pointer's fields: loads, not a helper call */
+	tgid = task->tgid;
+	/* py_task exists only for a thread found tracked before, and only its
+	 * exit untracks a thread (a reused tid is a new task, without one):
+	 * then no `tracked` lookup.  py_procs is looked up at every call: an
+	 * exec deletes the process's entry. */
+	t = bpf_task_storage_get(&py_task, task, 0, 0);
+	if (!t && !tl_is_tracked(tid))
 		return 0;
 	p = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!p)
 		return 0;
-	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
 	stack = take_stack_timed(p, &t->s, &t->hint, task, tgid, tid, &flags);
