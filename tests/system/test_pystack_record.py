@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 import shlex
+import sys
 
 import numpy as np
 import orjson
@@ -168,7 +169,32 @@ def test_summary_and_no_errors(run):
     assert "Traceback" not in err and "warning" not in err
     stats = [m for m in run["raw"]["metas"] if m["type"] == "py_stats"][0]
     assert stats["faults"] == 0 and stats["truncated"] == 0 and stats["stacks_lost"] == 0, stats
+    # with the cuda family loaded, stacks at calls come through its entry programs (one uprobe
+    # consumer a call): the syncs above, one stack each, were taken so
+    assert stats["call_hooks"] is True, stats
     # Not checked: unresolved_frames.  A module's top-level code object is freed
     # when its import ends, often before the recorder reads it (a stack taken
     # in an import names that frame "<unresolved>", never wrongly); the stacks
     # checked above are resolved in full.
+
+
+def test_without_the_cuda_family_its_own_uprobes_take_the_stacks(tmp_path):
+    """-e pystack alone: no cuda entry programs to run its hook, so pystack
+    attaches tl_py_call itself (found in the target's maps once ctypes loads
+    the library); each sync still gets one stack, the call chain."""
+    require_root()
+    raw = str(tmp_path / "run.tlraw")
+    cp = timeline_cmd("record", "--raw-only", "-e", "pystack", "--py-sample-hz", "0", "-o", raw,
+                      "--", sys.executable, TARGET, "cuda", real_cudart(), str(SYNCS),
+                      env={**os.environ, "PYSTACK_TARGET_DELAY": "0.5"})
+    assert cp.returncode == 0, cp.stderr
+    info = json.loads(cp.stdout.strip().splitlines()[-1])
+    log = read_raw(raw)
+    stats = [m for m in log["metas"] if m["type"] == "py_stats"][0]
+    assert stats["call_hooks"] is False, stats
+    recs = np.concatenate(log["pystack"])
+    calls = recs[(recs["kind"] == R.PY_CALL) & (recs["tgid"] == info["pid"])]
+    assert calls.size == SYNCS
+    stacks = recorded_stacks(log)
+    assert {tuple(stacks[(info["pid"], sid)]) for sid in calls["stack_id"].tolist()} == {
+        tuple(chain(info, "INNER_CUDA"))}

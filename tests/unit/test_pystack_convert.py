@@ -234,3 +234,39 @@ def test_frames_as_code_objects_are_named_from_their_line_tables(tmp_path):
             "<unknown code> \u2190 b.py:40 broken \u2190 <unresolved>")
     assert got[:2] == [want, want] and line1 != line2
     assert waits[0] == f"m.py:{line1} outer.<locals>.sample \u2190 m.py:{line2} outer.<locals>.sample"
+
+
+def test_hooked_stacks_land_on_the_slice_that_started_before_them(tmp_path):
+    """PYF_HOOKED: the stack was taken by the cuda family's program of the same hit (a tail
+    call), so after its slice's entry: a thread's first call, slow in both programs (storage
+    made, the new stack sent: 45 us late, a 20 us walk), must not go to the next launch whose
+    entry is nearer the walk's end; without the flag it would (the order is unknown then)."""
+    launch = BY_NAME["cudaLaunchKernel"]
+    starts = [T(500)] + [T(500) + 62_000 + i * 5000 for i in range(5)]
+    late = [45_800] + [700] * 5
+    walks = [20_000] + [800] * 5
+
+    def log(flags: int) -> list:
+        rows = [(R.PY_CALL, s + d, w, STACK_SYNC, TID, launch.id) for s, d, w in zip(starts, late, walks)]
+        py = py_events(rows)
+        py["flags"] = flags
+        cu = cuda_calls([(s, 1000, TID) for s in starts])
+        cu["cookie"] = launch.cookie()
+        b = LogBuilder()
+        b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
+        b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
+        b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
+        b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
+        b.flush()
+        b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
+                                  "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 2, 3]]]}))
+        _ring(b, cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, cu)
+        _ring(b, R.RING_PYSTACK, R.PY_EVENT, py)
+        raw, out = tmp_path / f"h{flags}.tlraw", tmp_path / f"h{flags}.pftrace"
+        b.write(str(raw), end_block(stop_ts=T(2000)))
+        convert(str(raw), str(out))
+        with open_trace(str(out)) as tp:
+            return [r[4] is not None for r in query_slices(tp, "s.name = 'cudaLaunchKernel'")]
+
+    assert log(R.PYF_HOOKED) == [True] * len(starts)
+    assert log(0)[0] is False  # the unflagged rule, fooled by this timing: why the flag exists

@@ -70,6 +70,23 @@ struct {
 	__uint(max_entries, 16 << 20);  /* ~120k records: 0.1 s of 1M calls/s */
 } cuda_ring SEC(".maps");
 
+/* Programs another family runs at a probed call's entry, by the probe's id
+ * (TL_CK_ID_MASK bits of the cookie): tail calls from this family's entry
+ * programs, so that a call has one uprobe consumer, not one per family.
+ * An empty slot falls through. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, TL_CK_ID_MASK + 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} tl_call_hooks SEC(".maps");
+
+static __always_inline int run_hook(struct pt_regs *ctx, __u64 ck)
+{
+	bpf_tail_call(ctx, &tl_call_hooks, (__u32)(ck & TL_CK_ID_MASK));
+	return 0;
+}
+
 static __always_inline void stat(__u32 i)
 {
 	__u64 *n = bpf_map_lookup_elem(&cuda_stats, &i);
@@ -194,7 +211,8 @@ int tl_cuda_entry(struct pt_regs *ctx)
 			}
 		}
 	}
-	return emit_entry(ctx, ts, ck);
+	emit_entry(ctx, ts, ck);
+	return run_hook(ctx, ck);
 }
 
 SEC("uprobe")
@@ -209,7 +227,8 @@ int tl_cuda_enter(struct pt_regs *ctx)
 	t = tls_get(true);
 	if (!t) {
 		stat(STAT_NOSTORE);
-		return emit_entry(ctx, ts, ck);
+		emit_entry(ctx, ts, ck);
+		return run_hook(ctx, ck);
 	}
 	d = prune_entry(t, ctx->sp);
 	if ((ck & TL_CK_DRIVER) && in_runtime(t, d, ts, ctx->sp, ck)) {
@@ -218,7 +237,8 @@ int tl_cuda_enter(struct pt_regs *ctx)
 	}
 	if (d >= DEPTH) {
 		stat(STAT_STASH_FULL);
-		return emit_entry(ctx, ts, ck);
+		emit_entry(ctx, ts, ck);
+		return run_hook(ctx, ck);
 	}
 	struct frame *f = &t->f[SLOT(d)];
 
@@ -227,7 +247,7 @@ int tl_cuda_enter(struct pt_regs *ctx)
 	f->cookie = ck;
 	read_args(ctx, ck, f->args);
 	t->depth = d + 1;
-	return 0;
+	return run_hook(ctx, ck);
 }
 
 SEC("uretprobe")

@@ -1,10 +1,11 @@
 """Attaching tl_py_call to the CUDA functions whose stacks we take.
 
-One uprobe_multi link per library (the cuda family's helper, timeline/cuda/
-attach.py, explains why: detaching many single uprobes takes seconds), or
-one uprobe per function on kernels before 6.6.  The program shares the
-functions' breakpoints with the cuda family's own probes: a second consumer
-of a uprobe costs its program's run, not another trap.
+With the cuda family loaded, no uprobe of ours: its entry programs tail-call
+tl_py_hook through their program array (CALL_HOOKS, by probe id), one
+consumer of each breakpoint instead of two.  Without it, one uprobe_multi
+link per library (the cuda family's helper, timeline/cuda/attach.py,
+explains why: detaching many single uprobes takes seconds), or one uprobe
+per function on kernels before 6.6.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from .. import libbpf
 from ..cuda import attach as cuda_attach
 
 PROGRAM = "tl_py_call"
+HOOK = "tl_py_hook"
+CALL_HOOKS = "tl_call_hooks"  # the cuda family's program array, by probe id
 CODE_FREE = "tl_py_code_free"
 
 
@@ -23,9 +26,14 @@ def prepare(obj: libbpf.BPFObject) -> None:
     """Before load: uprobe_multi programs when the kernel has them."""
     obj.uprobe_multi = cuda_attach.multi_supported()
     if obj.uprobe_multi:
-        for name in (PROGRAM, CODE_FREE):
+        for name in (PROGRAM, HOOK, CODE_FREE):
             cuda_attach._bind().bpf_program__set_expected_attach_type(obj.program(name),
                                                                       cuda_attach.BPF_TRACE_UPROBE_MULTI)
+
+
+def program_fd(obj: libbpf.BPFObject, name: str) -> int:
+    """A loaded program's fd (for a program array)."""
+    return cuda_attach._bind().bpf_program__fd(obj.program(name))
 
 
 def code_free(obj: libbpf.BPFObject, path: str, offset: int, pid: int) -> libbpf.Link:

@@ -311,8 +311,9 @@ class PyStackConverter(FamilyConverter):
         """`py` on the CUDA call slices whose stack was taken at their entry:
         each stack goes to the slice of the same thread and function whose
         entry is nearest the time the stack was taken ([ts, ts + dur] of the
-        record: the two programs of the one uprobe hit run in either order),
-        within JOIN_SLACK_NS; a slice gets at most one stack.  From the
+        record: the two programs of the one uprobe hit run in either order;
+        PYF_HOOKED: the cuda program ran first, so only a slice starting
+        before the stack), within JOIN_SLACK_NS; a slice gets at most one stack.  From the
         stack's side, not the slice's: with one launch in N taken, the
         launches between have none."""
         calls = self._call_index()
@@ -342,7 +343,7 @@ class PyStackConverter(FamilyConverter):
             ok = (cand >= 0) & (cand < rows.size)
             c = np.clip(cand, 0, rows.size - 1)
             dt = np.maximum(calls["ts"] - t[c], 0) + np.maximum(t[c] - calls["ts"] - calls["dur"], 0)
-            better = ok & (keys[c] == calls["key"]) & (dt < best_dt)
+            better = ok & (keys[c] == calls["key"]) & (dt < best_dt) & ~(calls["hooked"] & (t[c] > calls["ts"]))
             best[better], best_dt[better] = c[better], dt[better]
         hit = np.flatnonzero(best >= 0)
         if not hit.size:
@@ -354,16 +355,18 @@ class PyStackConverter(FamilyConverter):
     def _call_index(self) -> np.ndarray | None:
         """The stacks taken at calls, sorted by (thread, function, time): key
         (tid << 8 | function), ts, dur (time taking it; 0 in older logs),
-        callstack index; None when there are none."""
+        callstack index, hooked (PYF_HOOKED); None when there are none."""
         if self._by_key is None and self._calls:
             c = np.concatenate(self._calls)
             fn = np.array([self._fn_ids.get(self.probe_names.get(int(k), ""), -1) for k in c["cookie"].tolist()],
                           np.int64)
             c, fn = c[fn >= 0], fn[fn >= 0]
-            rows = np.zeros(c.size, [("key", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("stack", "<i8")])
+            rows = np.zeros(c.size, [("key", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("stack", "<i8"),
+                                     ("hooked", "?")])
             rows["key"] = (c["tid"].astype(np.int64) << 8) | fn
             rows["ts"] = c["ts"]
             rows["dur"] = np.minimum(c["dur"], JOIN_SLACK_NS)
+            rows["hooked"] = (c["flags"] & R.PYF_HOOKED) != 0
             rows["stack"] = self._stack_index(c["tgid"].astype(np.int64), c["stack_id"])
             self._by_key = rows[np.lexsort((rows["ts"], rows["key"]))] if rows.size else None
             self._calls = []

@@ -40,7 +40,7 @@ PYSTACK = Family(
                 header="pystack/records.h"),),
     bpf_object="pystack.bpf.o",
     programs=("tl_py_switch", "tl_py_fork", "tl_py_exec"),
-    plugin_programs=("tl_py_call", "tl_py_sample", "tl_py_code_free"),
+    plugin_programs=("tl_py_call", "tl_py_hook", "tl_py_sample", "tl_py_code_free"),
     prepare="timeline.pystack.attach:prepare",
     requires="Linux >= 5.17 (BTF tracepoints, task storage, uprobe attach cookies, bpf_loop)",
     supported=kernel_supported,

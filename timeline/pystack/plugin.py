@@ -22,7 +22,8 @@ Raw log META blocks written here:
    "frames": [[index, code id, instruction byte offset]... or [index, function, file, line] (unnamed)],
    "stacks": [[pid, "stack id (hex)", flags, [frame index, innermost first]]...]}
   {"type": "py_procs", "ts", "processes": [{pid, path, version}]}
-  {"type": "py_stats", "ts", walks, no_state, ...}
+  {"type": "py_stats", "ts", walks, no_state, ..., call_hooks (stacks at calls taken through the
+   cuda family's entry programs, not uprobes of our own)}
 """
 from __future__ import annotations
 
@@ -109,6 +110,7 @@ class PyStackPlugin(RecorderPlugin):
         self._next_write = 0.0
         self.n_unresolved = 0
         self.obj = None
+        self.hooked = False
         self.reader: RingReader | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -138,6 +140,7 @@ class PyStackPlugin(RecorderPlugin):
         self._thread = threading.Thread(target=self._stack_loop, args=(stacks.fd,), name="timeline-pystack",
                                         daemon=True)
         self._thread.start()
+        self.hooked = "cuda" in ctx.session.objects and self._hook_cuda(ctx.session.objects["cuda"])
         paths = list(options_of(self.cfg, "cuda").cuda_libs) if "cuda" in ctx.session.objects else []
         if self.cfg.command:
             paths += [p for p in dsc.candidates(self.cfg.command, os.environ.get("PATH"), self.user)
@@ -171,7 +174,8 @@ class PyStackPlugin(RecorderPlugin):
                 st.close()
         os.close(self._wake_fd)
         stats = self._stats()
-        ctx.write_meta({"type": "py_stats", "ts": ctx.now_ns(), **stats, "unresolved_frames": self.n_unresolved})
+        ctx.write_meta({"type": "py_stats", "ts": ctx.now_ns(), **stats, "unresolved_frames": self.n_unresolved,
+                        "call_hooks": self.hooked})
         self._summary(ctx, stats)
 
     # -- processes --------------------------------------------------------------
@@ -349,6 +353,33 @@ class PyStackPlugin(RecorderPlugin):
             return None
         return fd
 
+    def _hook_cuda(self, cuda_obj) -> bool:
+        """Where the cuda family probes a call, its entry program runs tl_py_hook
+        (a tail call through its program array, by probe id) and we attach no
+        uprobe of our own: one consumer of the breakpoint, not two (~35 ns a
+        call, docs/benchmarks.md).  False (our own uprobes then) if the array
+        cannot take the program."""
+        wanted = [p for p in probes.STACK_PROBES if self.options.py_launch_every or not p.launch]
+        try:
+            hooks = cuda_obj.map(attach.CALL_HOOKS)
+        except BPFError:
+            return False
+        try:
+            fd = attach.program_fd(self.obj, attach.HOOK)
+            for p in wanted:
+                key = struct.pack("<I", p.id)
+                self.obj.map("py_hook_cookie").update(key, struct.pack("<I", probes.cookie(p)))
+                hooks.update(key, struct.pack("<I", fd))
+        except (BPFError, OSError) as e:
+            for p in wanted:  # none half-hooked: those would take two stacks a call with our uprobes
+                try:
+                    hooks.delete(struct.pack("<I", p.id))
+                except Exception:
+                    pass
+            self.lib_errors.append(f"cuda call hooks: {e}")
+            return False
+        return True
+
     def _attach_lib(self, path: str, inode: int | None = None, resolve: bool = True) -> None:
         fd = self._open_lib(path, inode, resolve)
         if fd is None:
@@ -377,6 +408,9 @@ class PyStackPlugin(RecorderPlugin):
                 seen.add(off)
                 plan.append((off, probes.cookie(p)))
         if not plan:
+            return
+        if self.hooked:
+            self.lib_paths.append(path)
             return
         errors = attach.attach(self.obj, safe_input.fd_name(fd), plan)  # the file held, whatever `path` names now
         if errors and len(errors) == len(plan):

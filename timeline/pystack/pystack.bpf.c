@@ -814,38 +814,72 @@ static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *
 	return true;
 }
 
+/* tl_py_hook's cookie for each cuda probe id (the plugin fills it with the
+ * ids whose stacks are taken): its attach cookie is the cuda family's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TL_PY_CK_ID_MASK + 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_hook_cookie SEC(".maps");
+
+static __always_inline int py_call(struct pt_regs *ctx, __u32 ck, __u8 hooked);
+
 SEC("uprobe")
 int tl_py_call(struct pt_regs *ctx)
 {
-	__u32 ck = (__u32)bpf_get_attach_cookie(ctx), tid, tgid;
+	return py_call(ctx, (__u32)bpf_get_attach_cookie(ctx), 0);
+}
+
+/* The same, run by the cuda family's entry programs (a tail call through
+ * their tl_call_hooks) where that family probes the call: one consumer of
+ * the breakpoint instead of two. */
+SEC("uprobe")
+int tl_py_hook(struct pt_regs *ctx)
+{
+	__u32 id = (__u32)bpf_get_attach_cookie(ctx) & TL_PY_CK_ID_MASK;
+	__u32 *ck = bpf_map_lookup_elem(&py_hook_cookie, &id);
+
+	return ck ? py_call(ctx, *ck, TL_PYF_HOOKED) : 0;
+}
+
+static __always_inline int py_call(struct pt_regs *ctx, __u32 ck, __u8 hooked)
+{
+	__u32 tid, tgid;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct tl_py_proc *p;
 	struct py_task *t;
-	__u64 stack, ts, id, dur;
+	__u64 stack, ts, dur;
 	__u8 flags = 0;
 
 	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck))
 		return 0;
 	ts = bpf_ktime_get_boot_ns();
-	id = bpf_get_current_pid_tgid();
-	tid = (__u32)id;
-	tgid = id >> 32;
-	if (!tl_is_tracked(tid))
+	tid = task->pid;  /* a trusted pointer's fields: loads, not a helper call */
+	tgid = task->tgid;
+	/* py_task exists only for a thread found tracked before, and only its
+	 * exit untracks a thread (a reused tid is a new task, without one):
+	 * then no `tracked` lookup.  py_procs is looked up at every call: an
+	 * exec deletes the process's entry. */
+	t = bpf_task_storage_get(&py_task, task, 0, 0);
+	if (!t && !tl_is_tracked(tid))
 		return 0;
 	p = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!p)
 		return 0;
-	t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		t = bpf_task_storage_get(&py_task, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return 0;
 	stack = take_stack_timed(p, &t->s, &t->hint, task, tgid, tid, &flags);
 	/* dur: how long the walk took, also what py_stats counts (one pair of
 	 * clock reads for both).  The cuda family's program for the same hit
 	 * stamps its slice before this one began or after it ended, never
-	 * later than that by much: the converter joins them so. */
+	 * later than that by much (TL_PYF_HOOKED: before, that program ran
+	 * first): the converter joins them so. */
 	dur = bpf_ktime_get_boot_ns() - ts;
 	stat_add(ST_WALK_NS, dur);
-	emit(TL_PY_CALL, ts, dur, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags);
+	emit(TL_PY_CALL, ts, dur, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags | hooked);
 	return 0;
 }
 

@@ -23,6 +23,8 @@
 #define TL_PYF_NO_FRAME 4  /* a thread state, but no Python frame on it */
 #define TL_PYF_FAULT    8  /* a read of the interpreter's memory failed mid-walk */
 #define TL_PYF_EXEC     16 /* py_stacks: no stack, a recorded process exec'ed (look at its new image) */
+#define TL_PYF_HOOKED   32 /* TL_PY_CALL taken after the cuda family's program of the same hit (a
+			    * tail call from it): the call's slice starts before this record */
 
 #define TL_PY_MAX_FRAMES 64
 
