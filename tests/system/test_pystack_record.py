@@ -198,3 +198,32 @@ def test_without_the_cuda_family_its_own_uprobes_take_the_stacks(tmp_path):
     stacks = recorded_stacks(log)
     assert {tuple(stacks[(info["pid"], sid)]) for sid in calls["stack_id"].tolist()} == {
         tuple(chain(info, "INNER_CUDA"))}
+
+
+def test_entry_only_cuda_mode_takes_the_stacks_through_its_hook(tmp_path):
+    """--cuda-mode entry-only: the cuda family's entry-only program (tl_cuda_entry) runs the
+    pystack hook as its full mode's program does; each sync gets one stack, the call chain, and its
+    call slice the `py` arg naming the line."""
+    require_root()
+    raw, trace = str(tmp_path / "run.tlraw"), str(tmp_path / "run.pftrace")
+    cp = timeline_cmd("record", "--raw-only", "-e", "cuda,pystack", "--cuda-mode", "entry-only",
+                      "--py-sample-hz", "0", "--cuda-lib", real_cudart(), "-o", raw,
+                      "--", sys.executable, TARGET, "cuda", real_cudart(), str(SYNCS),
+                      env={**os.environ, "PYSTACK_TARGET_DELAY": "0.5"})
+    assert cp.returncode == 0, cp.stderr
+    info = json.loads(cp.stdout.strip().splitlines()[-1])
+    log = read_raw(raw)
+    stats = [m for m in log["metas"] if m["type"] == "py_stats"][0]
+    assert stats["call_hooks"] is True, stats
+    recs = np.concatenate(log["pystack"])
+    calls = recs[(recs["kind"] == R.PY_CALL) & (recs["tgid"] == info["pid"])]
+    assert calls.size == SYNCS
+    assert (calls["flags"] & R.PYF_HOOKED).all()
+    stacks = recorded_stacks(log)
+    assert {tuple(stacks[(info["pid"], sid)]) for sid in calls["stack_id"].tolist()} == {
+        tuple(chain(info, "INNER_CUDA"))}
+    cv = timeline_cmd("convert", raw, "-o", trace)
+    assert cv.returncode == 0, cv.stderr
+    with open_trace(trace) as tp:
+        rows = slices(tp, f"s.name = 'cudaStreamSynchronize' and t.tid = {info['tid']}")
+    assert len(rows) == SYNCS and {r.get("py") for r in rows} == {arg_text(info, "INNER_CUDA")}, rows
