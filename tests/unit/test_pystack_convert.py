@@ -156,6 +156,28 @@ def test_malformed_metas_cost_only_their_contents(tmp_path, meta):
         assert len(query_slices(tp, "s.name = 'wait'")) == 2
 
 
+def _launch_slices(stem, starts, py) -> list:
+    """cudaLaunchKernel calls of 1 us at `starts` on the main thread and the pystack records `py`
+    (stack STACK_SYNC), converted: the launch slices as query_slices gives them, in time order."""
+    cu = cuda_calls([(s, 1000, TID) for s in starts])
+    cu["cookie"] = BY_NAME["cudaLaunchKernel"].cookie()
+    b = LogBuilder()
+    b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
+    b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
+    b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
+    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
+    b.flush()
+    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
+                              "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 2, 3]]]}))
+    _ring(b, cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, cu)
+    _ring(b, R.RING_PYSTACK, R.PY_EVENT, py)
+    raw, out = f"{stem}.tlraw", f"{stem}.pftrace"
+    b.write(raw, end_block(stop_ts=T(2000)))
+    convert(raw, out)
+    with open_trace(out) as tp:
+        return query_slices(tp, "s.name = 'cudaLaunchKernel'")
+
+
 def test_one_launch_in_n_gets_the_stack_it_was_taken_at(tmp_path):
     """Launches 2 us apart, a stack taken at every 4th: each stack lands on its own launch's slice,
     whichever of the two programs ran first (the stack's walk, [ts, ts + dur], delays the launch's
@@ -173,23 +195,7 @@ def test_one_launch_in_n_gets_the_stack_it_was_taken_at(tmp_path):
             rows.append((R.PY_CALL, t + 300, 800, STACK_SYNC, TID, launch.id))
             t += 1100
         t += gap
-    cu = cuda_calls([(s, 1000, TID) for s in starts])
-    cu["cookie"] = launch.cookie()
-    b = LogBuilder()
-    b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
-    b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
-    b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
-    b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
-    b.flush()
-    b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
-                              "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 2, 3]]]}))
-    _ring(b, cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, cu)
-    _ring(b, R.RING_PYSTACK, R.PY_EVENT, py_events(rows))
-    raw, out = tmp_path / "l.tlraw", tmp_path / "l.pftrace"
-    b.write(str(raw), end_block(stop_ts=T(2000)))
-    convert(str(raw), str(out))
-    with open_trace(str(out)) as tp:
-        got = query_slices(tp, "s.name = 'cudaLaunchKernel'")
+    got = _launch_slices(tmp_path / "l", starts, py_events(rows))
     assert len(got) == n
     assert [i for i, r in enumerate(got) if r[4] is not None] == list(range(0, n, 4))
     assert {r[4] for r in got if r[4] is not None} == {"train.py:12 inner \u2190 train.py:57 step \u2190 "
@@ -250,23 +256,7 @@ def test_hooked_stacks_land_on_the_slice_that_started_before_them(tmp_path):
         rows = [(R.PY_CALL, s + d, w, STACK_SYNC, TID, launch.id) for s, d, w in zip(starts, late, walks)]
         py = py_events(rows)
         py["flags"] = flags
-        cu = cuda_calls([(s, 1000, TID) for s in starts])
-        cu["cookie"] = launch.cookie()
-        b = LogBuilder()
-        b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
-        b.exec(T(2), 0, PID, "python3", ["python3", "train.py"])
-        b.header["cuda"] = {"probes": table_meta(), "mode": "full"}
-        b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
-        b.flush()
-        b.blocks.append(("meta", {"type": "py_stacks", "ts": T(4), "frames": FRAMES,
-                                  "stacks": [[PID, f"{STACK_SYNC:x}", 0, [0, 1, 2, 3]]]}))
-        _ring(b, cuda_records.RING_CUDA, cuda_records.CUDA_EVENT, cu)
-        _ring(b, R.RING_PYSTACK, R.PY_EVENT, py)
-        raw, out = tmp_path / f"h{flags}.tlraw", tmp_path / f"h{flags}.pftrace"
-        b.write(str(raw), end_block(stop_ts=T(2000)))
-        convert(str(raw), str(out))
-        with open_trace(str(out)) as tp:
-            return [r[4] is not None for r in query_slices(tp, "s.name = 'cudaLaunchKernel'")]
+        return [r[4] is not None for r in _launch_slices(tmp_path / f"h{flags}", starts, py)]
 
     assert log(R.PYF_HOOKED) == [True] * len(starts)
     assert log(0)[0] is False  # the unflagged rule, fooled by this timing: why the flag exists
