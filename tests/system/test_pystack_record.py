@@ -178,26 +178,32 @@ def test_summary_and_no_errors(run):
     # checked above are resolved in full.
 
 
-def test_without_the_cuda_family_its_own_uprobes_take_the_stacks(tmp_path):
-    """-e pystack alone: no cuda entry programs to run its hook, so pystack
-    attaches tl_py_call itself (found in the target's maps once ctypes loads
-    the library); each sync still gets one stack, the call chain."""
-    require_root()
-    raw = str(tmp_path / "run.tlraw")
-    cp = timeline_cmd("record", "--raw-only", "-e", "pystack", "--py-sample-hz", "0", "-o", raw,
+def _sync_calls(raw: str, *record_args: str) -> tuple[dict, dict, np.ndarray]:
+    """Record the target's SYNCS synchronizations in `cuda` mode with record_args; assert each got one
+    stack, the call chain; (target info, py_stats, its PY_CALL records)."""
+    cp = timeline_cmd("record", "--raw-only", *record_args, "--py-sample-hz", "0", "-o", raw,
                       "--", sys.executable, TARGET, "cuda", real_cudart(), str(SYNCS),
                       env={**os.environ, "PYSTACK_TARGET_DELAY": "0.5"})
     assert cp.returncode == 0, cp.stderr
     info = json.loads(cp.stdout.strip().splitlines()[-1])
     log = read_raw(raw)
     stats = [m for m in log["metas"] if m["type"] == "py_stats"][0]
-    assert stats["call_hooks"] is False, stats
     recs = np.concatenate(log["pystack"])
     calls = recs[(recs["kind"] == R.PY_CALL) & (recs["tgid"] == info["pid"])]
     assert calls.size == SYNCS
     stacks = recorded_stacks(log)
     assert {tuple(stacks[(info["pid"], sid)]) for sid in calls["stack_id"].tolist()} == {
         tuple(chain(info, "INNER_CUDA"))}
+    return info, stats, calls
+
+
+def test_without_the_cuda_family_its_own_uprobes_take_the_stacks(tmp_path):
+    """-e pystack alone: no cuda entry programs to run its hook, so pystack
+    attaches tl_py_call itself (found in the target's maps once ctypes loads
+    the library); each sync still gets one stack, the call chain."""
+    require_root()
+    _, stats, _ = _sync_calls(str(tmp_path / "run.tlraw"), "-e", "pystack")
+    assert stats["call_hooks"] is False, stats
 
 
 def test_entry_only_cuda_mode_takes_the_stacks_through_its_hook(tmp_path):
@@ -206,22 +212,10 @@ def test_entry_only_cuda_mode_takes_the_stacks_through_its_hook(tmp_path):
     call slice the `py` arg naming the line."""
     require_root()
     raw, trace = str(tmp_path / "run.tlraw"), str(tmp_path / "run.pftrace")
-    cp = timeline_cmd("record", "--raw-only", "-e", "cuda,pystack", "--cuda-mode", "entry-only",
-                      "--py-sample-hz", "0", "--cuda-lib", real_cudart(), "-o", raw,
-                      "--", sys.executable, TARGET, "cuda", real_cudart(), str(SYNCS),
-                      env={**os.environ, "PYSTACK_TARGET_DELAY": "0.5"})
-    assert cp.returncode == 0, cp.stderr
-    info = json.loads(cp.stdout.strip().splitlines()[-1])
-    log = read_raw(raw)
-    stats = [m for m in log["metas"] if m["type"] == "py_stats"][0]
+    info, stats, calls = _sync_calls(raw, "-e", "cuda,pystack", "--cuda-mode", "entry-only",
+                                     "--cuda-lib", real_cudart())
     assert stats["call_hooks"] is True, stats
-    recs = np.concatenate(log["pystack"])
-    calls = recs[(recs["kind"] == R.PY_CALL) & (recs["tgid"] == info["pid"])]
-    assert calls.size == SYNCS
     assert (calls["flags"] & R.PYF_HOOKED).all()
-    stacks = recorded_stacks(log)
-    assert {tuple(stacks[(info["pid"], sid)]) for sid in calls["stack_id"].tolist()} == {
-        tuple(chain(info, "INNER_CUDA"))}
     cv = timeline_cmd("convert", raw, "-o", trace)
     assert cv.returncode == 0, cv.stderr
     with open_trace(trace) as tp:
