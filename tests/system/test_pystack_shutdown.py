@@ -7,9 +7,7 @@ them beside the line (a canvas: look at the screenshot, which goes to
 $TIMELINE_SCREENSHOT_DIR, docs/img/, if set)."""
 import json
 import os
-import shutil
 import tempfile
-import time
 
 import pytest
 
@@ -17,7 +15,8 @@ from timeline.pystack.converter import NO_FRAME
 from timeline.trace_processor import open_trace
 from helpers import REPO, require_root, timeline_cmd
 from pystack_pythons import PYTHONS
-from test_view import Browser, Viewer
+from test_pystack_view import open_flame_graph
+from test_view import Browser, Viewer, shoot
 
 TARGET = os.path.join(REPO, "tests", "pystack_exit.py")
 MAIN = next((PYTHONS[n] for n in ("pyenv-3.12", "pyenv-3.11", "pyenv-3.13", "pyenv-3.10", "debian-3.11")
@@ -55,18 +54,8 @@ def test_flame_graph_in_the_ui(recording, tmp_path):
     v = Viewer(recording[0])
     browser = Browser(tempfile.mkdtemp(dir=tmp_path))
     try:
-        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
-                     mobile=False)
-        browser.call("Page.navigate", url=v.url)
-        # v52 selects the process's callstacks on load: the flame graph of its samples
-        txt = browser.wait_for_text(["CPU Profile Sample Flamegraph", "CPU Stack Samples"], 90)
-        time.sleep(1.5)
-        assert "Area Selection" in txt and "CPU Profile Sample Flamegraph" in txt, txt[-3000:]
-        shot = str(tmp_path / "python-stacks-no-frame.png")
-        browser.screenshot(shot)
-        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
-            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
-        assert os.path.getsize(shot) > 10_000
+        open_flame_graph(browser, v.url)
+        shoot(browser, tmp_path, "python-stacks-no-frame.png")
     finally:
         browser.close()
         v.stop()

@@ -4,7 +4,6 @@ Chromium: the flame graph of the recorded process's CPU samples, and the
 sample (an instant event) with its stack.  Screenshots go to
 $TIMELINE_SCREENSHOT_DIR (docs/img/) if set."""
 import os
-import shutil
 import tempfile
 import time
 
@@ -13,7 +12,7 @@ import pytest
 from helpers import REPO, require_root, timeline_cmd
 from pystack_pythons import PYTHONS
 from test_cuda_record import real_cudart
-from test_view import Browser, Viewer
+from test_view import Browser, Viewer, shoot
 
 DEMO = os.path.join(REPO, "tests", "pystack_demo.py")
 PYTHON = next((PYTHONS[n] for n in ("pyenv-3.12", "pyenv-3.11", "pyenv-3.13", "debian-3.11", "pyenv-3.10")
@@ -36,12 +35,16 @@ def demo(tmp_path_factory):
     return trace
 
 
-def shoot(browser, tmp_path, name):
-    shot = str(tmp_path / name)
-    browser.screenshot(shot)
-    if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
-        shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
-    assert os.path.getsize(shot) > 10_000
+def open_flame_graph(browser, url: str) -> str:
+    """Open the trace at 1600x1000; v52 selects the process's callstacks on load and shows the
+    flame graph of its samples (drawn on a canvas: look at the screenshot).  The page's text."""
+    browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                 mobile=False)
+    browser.call("Page.navigate", url=url)
+    txt = browser.wait_for_text(["CPU Profile Sample Flamegraph", "CPU Stack Samples"], 90)
+    time.sleep(1.5)
+    assert "Area Selection" in txt and "CPU Profile Sample Flamegraph" in txt, txt[-3000:]
+    return txt
 
 
 def press_enter(browser):
@@ -98,14 +101,7 @@ def test_flame_graph_and_sync_stack_in_the_ui(demo, tmp_path):
     v = Viewer(demo)
     browser = Browser(tempfile.mkdtemp(dir=tmp_path))
     try:
-        browser.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
-                     mobile=False)
-        browser.call("Page.navigate", url=v.url)
-        # v52 selects the process's callstacks on load: the flame graph of its
-        # samples (drawn on a canvas: look at the screenshot)
-        txt = browser.wait_for_text(["CPU Profile Sample Flamegraph", "CPU Stack Samples"], 90)
-        time.sleep(1.5)
-        assert "Area Selection" in txt and "CPU Profile Sample Flamegraph" in txt, txt[-3000:]
+        open_flame_graph(browser, v.url)
         shoot(browser, tmp_path, "python-stacks-flamegraph.png")
 
         # find a synchronization: its details carry the Python stack it was called from

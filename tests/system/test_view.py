@@ -342,6 +342,16 @@ class Browser:
             self.proc.wait()
 
 
+def shoot(browser: Browser, tmp_path, name: str) -> str:
+    """A screenshot into tmp_path (and $TIMELINE_SCREENSHOT_DIR when set: docs/img/), not blank."""
+    shot = str(tmp_path / name)
+    browser.screenshot(shot)
+    if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
+        shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
+    assert os.path.getsize(shot) > 10_000
+    return shot
+
+
 def _expected_tracks() -> list[str]:
     """Process track titles the UI shows: '<name> <pid>' for the workers."""
     with open_trace(SAMPLE) as tp:
@@ -524,11 +534,7 @@ def test_first_screen_shows_the_training_job(first_screen_traces, which, tmp_pat
         tree = [t for t, _ in titles(".pf-viewer-page__scrolling-track-tree .pf-track__title")
                 if not _callstacks(t)]
         assert tree[tree.index(main) + 1] == f"{main_thread} {pid}", tree
-        shot = str(tmp_path / f"first-screen-{which.replace(' ', '-')}.png")
-        browser.screenshot(shot)
-        if os.environ.get("TIMELINE_SCREENSHOT_DIR"):
-            shutil.copy(shot, os.environ["TIMELINE_SCREENSHOT_DIR"])
-        assert os.path.getsize(shot) > 10_000
+        shoot(browser, tmp_path, f"first-screen-{which.replace(' ', '-')}.png")
     finally:
         browser.close()
         v.stop()
