@@ -53,7 +53,7 @@ class Run:
         self.results: dict = {"dry_run": self.dry, "phases": {}, "runs": []}
         self.data = os.path.join(self.work, "data")
         self.standins: dict = {}
-        self.steps, self.warmup = args.steps, args.warmup
+        self.steps, self.warmup, self.ovh_steps = args.steps, args.warmup, args.ovh_steps
 
     # -- bookkeeping
     def log(self, msg: str) -> None:
@@ -281,7 +281,7 @@ def step_table(run: Run, phase: str, model: str, per: dict) -> None:
 
 def phase_overhead(run: Run, model: str, reps: int) -> None:
     configs = [("untraced", None), ("gpu", "gpu"), ("all", ALL_FAMILIES)]
-    steps, warm = max(run.steps, 60), run.warmup
+    steps, warm = max(run.ovh_steps, 60), run.warmup
     per: dict = {c: [] for c, _ in configs}
     for rep in range(reps):
         for cname, fam in configs:
@@ -341,6 +341,17 @@ def phase_sample(run: Run) -> None:
     run.pack("sample", run.files("train_gpu.*"))
 
 
+NCCL_TARGET = os.path.join(HERE, "gpu_truth_nccl.py")
+
+
+def phase_nccl(run: Run) -> None:
+    """NCCL collectives on the one lent GPU (world size 1): ncclAllReduce's uprobe slices, their
+    Python stacks and the NCCL kernels' flows on real NCCL (dry run: gloo on the CPU, no probes)."""
+    argv = run.python() + [NCCL_TARGET, "gloo" if run.dry else "nccl", "40"]
+    run.record("nccl", "sched,cuda,gpu,pystack", (argv, dict(os.environ)), 90)
+    run.pack("nccl", run.files("nccl.*"))
+
+
 def _default_families() -> str:
     from timeline import registry
 
@@ -377,9 +388,11 @@ def run_all(args) -> None:
                ("overhead-mlp", lambda: phase_overhead(run, "mlp", args.reps)),
                ("cupti-share-mlp", lambda: phase_cupti_share(run, "mlp", args.reps)),
                ("cupti-share-cnn", lambda: phase_cupti_share(run, "cnn", args.reps))]
-    if args.phases:
+    phases.append(("nccl", lambda: phase_nccl(run)))
+    if args.phases:  # only these, in the order given (a short lease does what matters first)
         wanted = args.phases.split(",")
-        phases = [p for p in phases if p[0] in wanted or p[0] == "standins"]
+        byname = dict(phases)
+        phases = [p for p in phases if p[0] == "standins"] + [(w, byname[w]) for w in wanted if w in byname]
     for name, fn in phases:
         if run.left() < 25:
             run.log(f"phase {name}: skipped (deadline)")
@@ -445,7 +458,7 @@ def timeline_side(trace: str, window_ns) -> dict:
                     where s.category in ('gpu_kernel', 'gpu_memcpy', 'gpu_memset') group by 1""")
         out["flows"] = {r["cat"]: {"n": r["n"], "with_flow": r["with_flow"]} for r in work}
         d = q("""select s.ts - c.ts as delay, c.name as call, extract_arg(c.arg_set_id, 'debug.source') as src,
-                        t.tid as tid, t.name as tname
+                        extract_arg(c.arg_set_id, 'debug.py') as py, t.tid as tid, t.name as tname
                  from slice s join flow f on f.slice_in = s.id join slice c on c.id = f.slice_out
                  left join thread_track tt on c.track_id = tt.id left join thread t using (utid)
                  where s.category = 'gpu_kernel'""")
@@ -457,6 +470,22 @@ def timeline_side(trace: str, window_ns) -> dict:
             k = f"{'cupti-made' if r['src'] == 'cupti' else 'cuda family'} slice on {r['tname']}"
             srcs[k] = srcs.get(k, 0) + 1
         out["flow_sources"] = srcs
+        calls: dict = {}
+        for r in d:  # which call each kernel's flow starts at, and how many of those carry a py stack
+            c = calls.setdefault(f"{r['call']} ({'cupti-made' if r['src'] == 'cupti' else 'probed'})",
+                                 {"flows": 0, "with_py": 0, "py_examples": []})
+            c["flows"] += 1
+            if r["py"]:
+                c["with_py"] += 1
+                if r["py"] not in c["py_examples"] and len(c["py_examples"]) < 3:
+                    c["py_examples"].append(r["py"][:200])
+        out["flow_calls"] = calls
+        out["nccl_calls"] = q("""select name, count(*) as n, count(extract_arg(arg_set_id, 'debug.py')) as with_py,
+                                        max(extract_arg(arg_set_id, 'debug.py')) as py_example
+                                 from slice where category = 'nccl' group by 1""")
+        out["nccl_kernels"] = q("""select s.name as name, count(*) as n, count(f.id) as with_flow from slice s
+                                   left join flow f on f.slice_in = s.id
+                                   where s.category = 'gpu_kernel' and s.name like '%nccl%' group by 1""")
         out["nvtx"] = q("""select name, count(*) as n from slice where category = 'nvtx'
                            group by 1 order by 2 desc limit 8""")
         out["nvtx_total"] = q("select count(*) as n from slice where category = 'nvtx'")[0]["n"]
@@ -514,6 +543,9 @@ def compare_model(d: str, model: str, results: dict, steps: int) -> dict:
     print(f"\nlaunch→kernel start (ns): {ld}; kernels starting before their launch call: "
           f"{ours['launch_after_kernel_start']}")
     print(f"flow sources: {ours['flow_sources']}")
+    print("\n| flow starts at | kernels | with a `py` stack | e.g. |\n|---|---|---|---|")
+    for call, c in sorted(ours.get("flow_calls", {}).items(), key=lambda kv: -kv[1]["flows"]):
+        print(f"| {call} | {c['flows']} | {c['with_py']} | {(c['py_examples'] or [''])[0][:90]} |")
     print(f"NVTX ranges: {ours['nvtx_total']}, e.g. {[(r['name'], r['n']) for r in ours['nvtx'][:4]]}")
     print(f"GPU tracks: {ours['gpu_tracks'][:6]}")
     rs = rec.get("raw_stats")
@@ -567,6 +599,14 @@ def analyze(args) -> None:
         print("recorder's gpu lines:\n  " + "\n  ".join(co.get("gpu_summary", [])[-10:]))
         report["coexist"] = {"timeline_kernels": sum(map(len, ck.values())), "profiler_kernels": sum(map(len, pk.values())),
                              "gpu_summary": co.get("gpu_summary")}
+    print("\n### NCCL on one GPU (world size 1)\n")
+    ntrace = os.path.join(d, "nccl", "nccl.pftrace")
+    if os.path.exists(ntrace):
+        n = timeline_side(ntrace, runs.get("nccl", {}).get("window_boottime_ns"))
+        print(f"NCCL calls: {n['nccl_calls']}\nNCCL kernels: {n['nccl_kernels']}\nflow calls: {n['flow_calls']}")
+        report["nccl"] = {k: n[k] for k in ("nccl_calls", "nccl_kernels", "flow_calls")}
+    else:
+        print("no nccl trace")
     print("\n### overhead (median step time, ms; median over reps)\n")
     print("| model | untraced | -e gpu | all families | gpu / untraced | all / untraced |\n|---|---|---|---|---|---|")
     for model, t in results.get("phases", {}).get("overhead", {}).items():
@@ -609,8 +649,9 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=60)
     r.add_argument("--warmup", type=int, default=20)
     r.add_argument("--reps", type=int, default=3)
+    r.add_argument("--ovh-steps", type=int, default=60, help="timed steps per overhead run")
     r.add_argument("--phases", help="comma separated: only these (cnn, mlp, cuda12, sample, overhead-cnn, "
-                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn); default: all")
+                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn, nccl), run in the order given; default: all")
     a = sub.add_parser("analyze", help="tables from a run's output folder (tarballs unpacked in place)")
     a.add_argument("dir")
     a.add_argument("--steps", type=int, default=60, help="timed steps per run (run's --steps)")
