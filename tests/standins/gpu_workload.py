@@ -10,8 +10,9 @@ DIR holds the stand-in libraries (tests/standins build_gpu).  MODE:
     nvtx    NVTX only (no CUDA call: cuInit never runs)
     deep    N nested NVTX push/pop
     bench   N cudaLaunchKernel calls; prints launches/s
-    library N launches by a library with its own CUDA runtime (as cuBLAS), from
-            library_calls(); the JSON names the calling line ("library_line")
+    library N rounds of a runtime launch and a launch by a library with its own CUDA
+            runtime (as cuBLAS), from library_calls(); the JSON names the two calling lines
+            ("runtime_line", "library_line")
 Prints one JSON line: pid, tid, window [t0, t1] in CLOCK_BOOTTIME ns, and what it did.
 """
 import ctypes
@@ -31,11 +32,15 @@ def boottime() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
-def library_calls(lib, n: int, stream) -> int:
-    """n launches through the library; returns the line that makes them."""
+def library_calls(lib, rt, n: int, stream) -> tuple[int, int]:
+    """n rounds of a runtime launch then a launch through the library, as torch launches an
+    elementwise kernel and then a cuBLAS GEMM; returns the two lines that launch."""
+    fn, g, b = P(0xf00d), dim3(1, 1, 1), dim3(32, 1, 1)
     for _ in range(n):
+        rt.cudaLaunchKernel(fn, g, b, None, 0, stream)
         lib.standin_library_gemm(P(0xbeef), stream)
-    return library_calls.__code__.co_firstlineno + 3
+    first = library_calls.__code__.co_firstlineno
+    return first + 5, first + 6
 
 
 def main() -> None:
@@ -66,7 +71,9 @@ def main() -> None:
         time.sleep(0.2)  # a real job imports for a while first: the recorder finds its interpreter
         lib = ctypes.CDLL(os.path.join(d, "libstatic_runtime.so"))
         lib.standin_library_gemm.argtypes = [P, P]
-        out["library_line"] = library_calls(lib, n, stream)
+        dev = P()
+        rt.cudaMalloc(byref(dev), 1 << 20)
+        out["runtime_line"], out["library_line"] = library_calls(lib, rt, n, stream)
         time.sleep(0.3)  # the recorder names new code objects while the process lives
     elif mode == "bench":
         dev = P()

@@ -777,8 +777,13 @@ static __always_inline void emit(__u8 kind, __u64 ts, __u64 dur, __u64 stack, __
  * is cheap: the thread's counter exists only once the thread was seen to be
  * a recorded thread of a Python process (the other checks cost two hash
  * lookups).  A driver launch inside a runtime launch of the same thread is
- * not a launch of its own: not counted. */
-static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *task, __u32 ck)
+ * not a launch of its own: not counted.  Run through the cuda family's hook,
+ * that family has already dropped such driver launches (it sees the runtime
+ * call's return); only with its own uprobes does this guess by stack depth
+ * and time, which also takes a library's launch (cuBLAS's static runtime)
+ * made just after a runtime launch for a nested one. */
+static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *task, __u32 ck,
+				       __u8 hooked)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32, zero = 0;
@@ -796,12 +801,12 @@ static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *
 		if (!l)
 			return false;
 	}
-	if (ck & TL_PY_CK_DRIVER) {
+	if (!hooked && (ck & TL_PY_CK_DRIVER)) {
 		if (ctx->sp < l->rt_sp && bpf_jiffies64() - l->rt_jiffies <= NESTED_WINDOW_TICKS) {
 			stat(ST_NESTED);
 			return false;
 		}
-	} else {
+	} else if (!hooked) {
 		l->rt_sp = ctx->sp;
 		l->rt_jiffies = bpf_jiffies64();
 	}
@@ -852,7 +857,7 @@ static __always_inline int py_call(struct pt_regs *ctx, __u32 ck, __u8 hooked)
 	__u64 stack, ts, dur;
 	__u8 flags = 0;
 
-	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck))
+	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck, hooked))
 		return 0;
 	ts = bpf_ktime_get_boot_ns();
 	tid = task->pid;  /* a trusted pointer's fields: loads, not a helper call */
