@@ -1,4 +1,4 @@
-"""Checks on the real GPU recordings kept in the repo (sample_traces/train_gpu.pftrace, H200,
+"""Checks on the real GPU recordings kept in the repo (sample_traces/train_gpu.pftrace, H100,
 docs/gpu-validation/gpu-cnn.pftrace): the main thread is the one the recorder
 marked (not autograd's backward thread, which launches more kernels), and
 steady-state findings leave start-up out, reporting it on a line of its own."""
@@ -14,7 +14,7 @@ from timeline.trace_processor import open_trace
 
 # trace -> (main thread tid, backward thread tid, longest start-up gap in ms, at least)
 TRACES = {
-    "sample_traces/train_gpu.pftrace": (966, 1020, 3500),
+    "sample_traces/train_gpu.pftrace": (976, 1030, 3500),
     "docs/gpu-validation/gpu-cnn.pftrace": (806, 860, 4000),
 }
 
