@@ -20,12 +20,13 @@ from timeline.checks.runner import run_checks
 from timeline.converters import convert
 from timeline.pystack import probes
 from timeline.pystack import records as R
-from timeline.pystack.converter import NO_FRAME, UNREADABLE
+from timeline.pystack.converter import LOST, NO_FRAME, UNREADABLE
 from timeline.trace_processor import open_trace
 from rawlog_factory import T, LogBuilder, end_block
 
 PID, C_TID, C_FAULT_TID, C_STATE_TID = 20000, 20001, 20002, 20003
 STACK = 0x5151
+LOST_STACK = 0x7777  # taken, but its stack record never reached the log
 PERIOD = 10_101_010  # 99 Hz
 # the main thread: 60 samples in a Python function, then 30 without a frame, 10 unreadable
 MAIN = [(STACK, 0)] * 60 + [(0, R.PYF_NO_FRAME)] * 30 + [(0, R.PYF_FAULT)] * 10
@@ -37,8 +38,9 @@ SAMPLES = """select f.name, count(*) from cpu_profile_stack_sample ps join threa
              where t.tid = {tid} group by f.name order by f.name"""
 
 
-def write_log(path, sample_hz=99):
-    """sample_hz 0: the records are waits (the samples when the CPU timer is off)."""
+def write_log(path, sample_hz=99, lost=0):
+    """sample_hz 0: the records are waits (the samples when the CPU timer is off); lost: that
+    many more main-thread samples of a stack whose record is not in the log."""
     b = LogBuilder(target_pid=PID)
     b.header["clock"]["monotonic_ns"] = b.header["clock"]["boottime_ns"] - 1_000_000
     b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
@@ -51,7 +53,8 @@ def write_log(path, sample_hz=99):
                               "frames": [[0, "spin", "/w/train.py", 12], [1, "<module>", "/w/train.py", 20]],
                               "stacks": [[PID, f"{STACK:x}", 0, [0, 1]]]}))
     rows = [(tid, i, sid, flags)
-            for tid, samples in ((PID, MAIN), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT), (C_STATE_TID, C_STATE))
+            for tid, samples in ((PID, MAIN + [(LOST_STACK, 0)] * lost), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT),
+                                 (C_STATE_TID, C_STATE))
             for i, (sid, flags) in enumerate(samples)]
     a = np.zeros(len(rows), R.PY_EVENT)
     for k, (tid, i, sid, flags) in enumerate(rows):
@@ -122,8 +125,48 @@ def test_without_the_cpu_timer_waits_without_a_stack_are_bucketed_too(tmp_path):
             ("?", 30 + 10 + len(C_POOL) + len(C_FAULT) + len(C_STATE)), ("train.py:12 spin \u2190 train.py:20 <module>", 60)]
 
 
-def test_the_check_knows_the_bucket_names():
-    """python_hotspots tells the buckets by name: the converter's names."""
+def test_samples_whose_stack_record_was_lost_are_kept_as_lost(tmp_path):
+    """A sample names a stack id whose stack record the log lacks (its ring stayed full): it
+    was spent in Python, so it counts, as '<Python stack lost>', and the check says so."""
+    out = str(tmp_path / "l.pftrace")
+    convert(write_log(tmp_path / "l.tlraw", lost=25), out)
+    with open_trace(out) as tp:
+        assert tp.query(SAMPLES.format(tid=PID)).rows == sorted([
+            ("spin (train.py:12)", 60), (NO_FRAME, 30), (UNREADABLE, 10), (LOST, 25)])
+        res = next(r for r in run_checks(tp, out, only=["python_hotspots"]).results
+                   if r.check.id == "python_hotspots")
+    texts = [f.message for f in res.findings]
+    assert texts[0].startswith("train.py:12 spin: 48% of the main thread's CPU samples in it (self)"), texts
+    assert any(t.startswith("20% of the main thread's CPU samples had a Python stack whose record was lost")
+               for t in texts), texts
+    js = str(tmp_path / "l.json")
+    convert(str(tmp_path / "l.tlraw"), js)
+    with open(js, "rb") as f:
+        doc = orjson.loads(f.read())
+    names = [doc["stackFrames"][str(e["sf"])]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "i" and e.get("name") == "sample" and e["tid"] == PID]
+    assert names.count(LOST) == 25
+
+
+def test_the_check_and_the_agent_tools_know_the_bucket_names():
+    """python_hotspots and the MCP samples query tell the buckets by name: the converter's names."""
     from timeline.checks import catalog
+    from timeline.mcp.queries import WITHOUT_STACK
     sql = catalog.BY_ID["python_hotspots"].sql()
-    assert f"'{NO_FRAME}'" in sql and f"'{UNREADABLE}'" in sql
+    assert all(f"'{name}'" in sql for name in (NO_FRAME, UNREADABLE, LOST))
+    assert set(WITHOUT_STACK) == {NO_FRAME, UNREADABLE, LOST}
+
+
+def test_the_agent_tools_set_the_buckets_apart(tmp_path):
+    """The MCP samples query lists a bucket with its reason, its share of all samples kept."""
+    from timeline.mcp import queries
+    out = str(tmp_path / "m.pftrace")
+    convert(write_log(tmp_path / "m.tlraw", lost=25), out)
+    with open_trace(out) as tp:
+        (utid,), = tp.query(f"select utid from thread where tid = {PID}").rows
+        got = queries._samples(tp, 0, 2 ** 62, {"utid": utid, "tid": PID}, 10)
+    assert got["samples"] == 125
+    rows = {r["function"]: r for r in got["rows"]}
+    assert "without_stack" not in rows["spin"] and rows["spin"]["self_share"] == 0.48
+    for name, n in ((NO_FRAME, 30), (UNREADABLE, 10), (LOST, 25)):
+        assert rows[name]["self_samples"] == n and rows[name]["without_stack"] == queries.WITHOUT_STACK[name]

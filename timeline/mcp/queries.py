@@ -262,6 +262,17 @@ def _public(thread: Optional[dict]) -> Optional[dict]:
     return None if thread is None else {k: v for k, v in thread.items() if k != "utid"}
 
 
+# The one-frame stacks the converter gives samples taken without a Python
+# stack (timeline/pystack/converter.py): counted in the shares, but no
+# function of the user's; each such row says why.
+WITHOUT_STACK = {
+    "<no Python frame>": "the thread held no Python frame (interpreter start-up or shutdown, or C code "
+                         "entered without one)",
+    "<Python stack unreadable>": "the recorder could not read the Python stack",
+    "<Python stack lost>": "the stack was taken, but its record was lost (the recorder's stack ring stayed full)",
+}
+
+
 def _samples(tp, lo, hi, thread, limit) -> dict:
     """The thread's stack samples in the window, by function."""
     tp.query(f"""
@@ -292,4 +303,6 @@ def _samples(tp, lo, hi, thread, limit) -> dict:
             "rows": [{"function": r["fn"], "file": r["file"], "hottest_line": r["hot_line"],
                       "self_samples": r["self"], "total_samples": r["total"],
                       "self_share": round(r["self"] / n, 4) if n else None,
-                      "total_share": round(r["total"] / n, 4) if n else None} for r in rows]}
+                      "total_share": round(r["total"] / n, 4) if n else None,
+                      **({"without_stack": WITHOUT_STACK[r["fn"]]} if not r["file"] and r["fn"] in WITHOUT_STACK
+                         else {})} for r in rows]}

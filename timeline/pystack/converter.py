@@ -44,6 +44,11 @@ TRUNCATED = f"<more than {R.PY_MAX_FRAMES} frames>"
 NO_FRAME = "<no Python frame>"          # a thread state with no frame on it: start-up, shutdown, C entered frameless
 UNREADABLE = "<Python stack unreadable>"  # the walk could not read the interpreter's memory
 BUCKETS = {R.PYF_NO_FRAME: NO_FRAME, R.PYF_FAULT: UNREADABLE}
+# A sample whose stack was taken, but whose stack record never reached the log
+# (its ring was full at every try until the recording ended): its CPU time was
+# spent in Python, where is lost.  Bucketed like the others, under a key no flag has.
+LOST = "<Python stack lost>"
+LOST_KEY = -1
 
 
 class FrameNames:
@@ -208,6 +213,11 @@ class PyStackConverter(FamilyConverter):
         trace's callstack ids follow, and most samples get a 1-byte one (a real
         run's start-up, its imports, makes a hundred stacks or more before the
         training loop's first)."""
+        lost = sum(n for key, n in self._uses.items() if key not in self.stacks)
+        if lost and LOST_KEY not in self.buckets:
+            self.buckets[LOST_KEY] = len(self.callstacks)
+            self.callstacks.append((self._frame((LOST, "", 0)),))
+            self._bucket_uses[LOST_KEY] = lost
         uses = np.zeros(len(self.callstacks), np.int64)
         for key, s in self.stacks.items():
             uses[s] += self._uses.get(key, 0)
@@ -291,7 +301,11 @@ class PyStackConverter(FamilyConverter):
             w = recs[waits]
             sink.slices(w["ts"], w["dur"], w["tid"], w["tgid"], WAIT_NAME, CATEGORY,
                         [self._arg(np.arange(waits.size), stacks[waits], waits.size)])
-        stacks = np.where(self._sampled(recs), stacks, -1)
+        sampled = self._sampled(recs)
+        lost = self.buckets.get(LOST_KEY)
+        if lost is not None:
+            stacks[sampled & has & (stacks < 0)] = lost
+        stacks = np.where(sampled, stacks, -1)
         why = self._why(recs)
         if why.any():
             # only on threads seen with a Python stack (pass 1 saw them all): a failed

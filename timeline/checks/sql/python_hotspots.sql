@@ -7,7 +7,8 @@
 -- the stack (counted once per sample, however deep the recursion).
 -- Shares are of all the thread's samples: those the converter keeps without a
 -- Python stack, as one frame with no file ('<no Python frame>': start-up,
--- shutdown, C entered without a frame; '<Python stack unreadable>'), count in
+-- shutdown, C entered without a frame; '<Python stack unreadable>'; '<Python
+-- stack lost>': taken, but its record never reached the log), count in
 -- the total, but are no function of the user's: they get a line each, after.
 create or replace perfetto table _tl_ph_all as
 select id * 2 as id, ts, utid, callsite_id from perf_sample
@@ -41,7 +42,7 @@ create or replace perfetto table _tl_ph as
 select fn, file, sum(leaf) as self, count(distinct sid) as total,
   (select x.line from _tl_ph_fn x where x.fn = f.fn and x.file = f.file and x.leaf = 1
    group by x.line order by count(*) desc limit 1) as hot_line,
-  file = '' and fn in ('<no Python frame>', '<Python stack unreadable>') as bucket
+  file = '' and fn in ('<no Python frame>', '<Python stack unreadable>', '<Python stack lost>') as bucket
 from _tl_ph_fn f group by fn, file;
 
 create or replace perfetto table _tl_ph_n as select count(*) as n from _tl_ph_s;
@@ -58,8 +59,11 @@ order by self desc limit ${top})
 union all
 select 'info',
   printf('%.0f%% of the main thread''s CPU samples had %s (%,d of %,d)', 100.0 * self / n,
-         iif(fn = '<no Python frame>', 'no Python frame (interpreter start-up or shutdown, or C code entered '
-             || 'without one)', 'a Python stack that could not be read'), self, n),
+         case fn when '<no Python frame>' then 'no Python frame (interpreter start-up or shutdown, or C code '
+                  || 'entered without one)'
+                 when '<Python stack lost>' then 'a Python stack whose record was lost (the recorder''s stack '
+                  || 'ring stayed full)'
+                 else 'a Python stack that could not be read' end, self, n),
   null, null, null, self, total, round(1.0 * self / n, 4)
 from _tl_ph, _tl_ph_n
 where n > 0 and self > 0 and bucket
