@@ -77,8 +77,9 @@ def test_library_launches_flow_from_the_driver_call_with_its_python_stack(tmp_pa
     for k in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "TIMELINE_GPU_SOCKET", "TIMELINE_CUPTI_PATH"):
         env.pop(k, None)
     cp = timeline_cmd("record", "--raw-only", "-e", "sched,cuda,gpu,pystack", "--py-sample-hz", "0",
-                      "--py-launch-every", "1", "--cuda-lib", libs["libcuda.so.1"], "-o", raw, "--", sys.executable,
-                      os.path.join(REPO, "tests", "standins", "gpu_workload.py"),
+                      "--py-launch-every", "1", "--cuda-lib", libs["libcuda.so.1"],
+                      "--cuda-lib", libs["libcudart.so.12"],  # probed from the start: the target calls it at once
+                      "-o", raw, "--", sys.executable, os.path.join(REPO, "tests", "standins", "gpu_workload.py"),
                       os.path.dirname(libs["libcudart.so.12"]), "library", str(n), env=env)
     assert cp.returncode == 0, cp.stderr
     info = json.loads(cp.stdout.splitlines()[0])
