@@ -11,7 +11,8 @@ alone), `-e cuda,pystack` (its probes plus a Python stack per call); `--reps`
 times each; reported are medians in ns per call and what pystack adds over
 the cuda family alone, and the time its BPF programs spent per stack (the
 recording's own count, py_stats: steadier than the target's on a busy host; it
-counts from the call's probe's first clock read to its last).  On a shared host
+counts from the call's probe's first clock read to its last; not printed where the cuda
+family's programs run the walks, which then read no clock: use --bpf-stats).  On a shared host
 the target's clock is noisy: the difference of the fastest runs of each mode is
 printed too (other load only adds time), and the steadiest measure here: each run's fastest
 1,000 consecutive calls (the loop is timed in batches of 1,000), medians over runs; the
@@ -97,11 +98,12 @@ def run(cmd: list[str], env: dict, raw: str | None) -> tuple[float, float, float
         with RawLogReader(raw) as r:
             for blk in r.blocks():
                 meta = blk.json() if blk.kind == KIND_META else {}
-                # walk_ns counts the timed walks (not those run through the cuda family's hook,
-                # which read no clock of their own: --bpf-stats counts them); older logs: all
-                timed = meta.get("timed_walks", meta.get("walks"))
-                if meta.get("type") == "py_stats" and timed:
-                    walk = meta["walk_ns"] / timed
+                # walk_ns counts the timed walks, not those at calls run through the cuda
+                # family's hook (no clock read of their own: --bpf-stats counts those)
+                if meta.get("type") == "py_stats" and meta.get("walks") and "timed_walks" not in meta:
+                    walk = meta["walk_ns"] / meta["walks"]  # a tree before timed_walks: all walks
+                elif meta.get("type") == "py_stats" and meta.get("timed_walks") and not meta.get("call_hooks"):
+                    walk = meta["walk_ns"] / meta["timed_walks"]
     return per_call, cpu, best, walk, prog_ns
 
 
