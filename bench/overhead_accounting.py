@@ -245,7 +245,7 @@ def pystack_line(r: dict) -> str:
     per = lambda t, n: f"{t / n:,.0f} ns" if n > 0 else "-"  # noqa: E731
     return (f"pystack: {py['samples']:,} samples, tl_py_sample {per(rt.get('tl_py_sample', 0), py['samples'])} "
             f"a sample; {sw:,} switch walks ({py['waits']:,} waits recorded), tl_py_switch "
-            f"{per(rt.get('tl_py_switch', 0), sw)} a walk; py_stats walk_ns/walks {per(py['walk_ns'], py['walks'])}; "
+            f"{per(rt.get('tl_py_switch', 0), sw)} a walk; py_stats walk_ns/timed_walks {per(py['walk_ns'], py['timed_walks'])}; "
             f"{py['stacks']:,} distinct stacks, {py['unresolved']:,} frames unresolved")
 
 
@@ -275,6 +275,7 @@ def pystack_counts(raw: str) -> dict:
     finally:
         rd.close()
     return {**n, "walks": stats.get("walks", 0), "walk_ns": stats.get("walk_ns", 0),
+            "timed_walks": stats.get("timed_walks", stats.get("walks", 0)),  # those walk_ns counts
             "stacks": stats.get("stacks", 0), "unresolved": stats.get("unresolved_frames", 0)}
 
 

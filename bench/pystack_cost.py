@@ -11,14 +11,16 @@ alone), `-e cuda,pystack` (its probes plus a Python stack per call); `--reps`
 times each; reported are medians in ns per call and what pystack adds over
 the cuda family alone, and the time its BPF programs spent per stack (the
 recording's own count, py_stats: steadier than the target's on a busy host; it
-counts from the call's probe's first clock read to its last).  On a shared host
+counts from the call's probe's first clock read to its last; not printed where the cuda
+family's programs run the walks, which then read no clock: use --bpf-stats).  On a shared host
 the target's clock is noisy: the difference of the fastest runs of each mode is
 printed too (other load only adds time), and the steadiest measure here: each run's fastest
 1,000 consecutive calls (the loop is timed in batches of 1,000), medians over runs; the
 thread's CPU time is printed as well (it was as noisy as the clock here).  The stack repeats, so after the first call each
 costs the walk and one 40-byte record (no new stack to send).  `--bpf-stats` also reports the
-kernel's count of the whole tl_py_call program per call (kernel.bpf_stats_enabled, read from
-the recorder's fdinfo: its lookups and record too, not the uprobe's dispatch to it; the
+kernel's count of the programs the call runs, per call (kernel.bpf_stats_enabled, read from
+the recorder's fdinfo: the cuda family's entry program with the pystack hook it tail-calls,
+or tl_py_call where pystack has its own uprobe; not the uprobe's dispatch to them; the
 count's own clock reads slow every probed call a little, so compare runs made alike);
 `--no-frame-by-frame` leaves out the mode that reads each frame on its own.
 """
@@ -60,6 +62,12 @@ print("best_ns_per_call %.1f" % (best / 1000 * 1e9))
 """
 
 
+# The programs a probed call runs (--bpf-stats): the cuda family's entry programs,
+# whose count holds the tail-called tl_py_hook too (a tail call is no run of its
+# own), and pystack's own uprobe program where it has one.
+HIT_PROGRAMS = ("tl_cuda_enter", "tl_cuda_entry", "tl_py_call")
+
+
 def libcudart() -> str:
     import nvidia.cuda_runtime as m  # the nvidia-cuda-runtime-cu12 wheel
     return os.path.join(list(m.__path__)[0], "lib", "libcudart.so.12")
@@ -67,7 +75,7 @@ def libcudart() -> str:
 
 def run(cmd: list[str], env: dict, raw: str | None) -> tuple[float, float, float, float | None, int]:
     """(ns per call in the target, its thread's CPU ns per call, the fastest 1,000 calls' ns per
-    call, ns per stack in BPF from the raw log's py_stats if any, tl_py_call's run_time_ns in the
+    call, ns per stack in BPF from the raw log's py_stats if any, HIT_PROGRAMS' run_time_ns in the
     kernel's count, 0 without one)."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                          env={**os.environ, **env})
@@ -80,7 +88,7 @@ def run(cmd: list[str], env: dict, raw: str | None) -> tuple[float, float, float
     watch.close()
     if p.returncode:
         raise SystemExit(f"{cmd} failed: {p.returncode}")
-    prog_ns = sum(v[0] for i, v in watch.stats.items() if watch.names.get(i) == "tl_py_call")
+    prog_ns = sum(v[0] for i, v in watch.stats.items() if watch.names.get(i) in HIT_PROGRAMS)
     per_call = float(next(line.split()[1] for line in out.splitlines() if line.startswith("ns_per_call")))
     cpu = float(next(line.split()[1] for line in out.splitlines() if line.startswith("cpu_ns_per_call")))
     best = float(next(line.split()[1] for line in out.splitlines() if line.startswith("best_ns_per_call")))
@@ -90,8 +98,12 @@ def run(cmd: list[str], env: dict, raw: str | None) -> tuple[float, float, float
         with RawLogReader(raw) as r:
             for blk in r.blocks():
                 meta = blk.json() if blk.kind == KIND_META else {}
-                if meta.get("type") == "py_stats" and meta.get("walks"):
-                    walk = meta["walk_ns"] / meta["walks"]
+                # walk_ns counts the timed walks, not those at calls run through the cuda
+                # family's hook (no clock read of their own: --bpf-stats counts those)
+                if meta.get("type") == "py_stats" and meta.get("walks") and "timed_walks" not in meta:
+                    walk = meta["walk_ns"] / meta["walks"]  # a tree before timed_walks: all walks
+                elif meta.get("type") == "py_stats" and meta.get("timed_walks") and not meta.get("call_hooks"):
+                    walk = meta["walk_ns"] / meta["timed_walks"]
     return per_call, cpu, best, walk, prog_ns
 
 
@@ -101,7 +113,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--depth", type=int, default=20, help="Python frames above the call")
     ap.add_argument("--python", default=sys.executable, help="the interpreter of the target")
-    ap.add_argument("--bpf-stats", action="store_true", help="count tl_py_call's time in the kernel")
+    ap.add_argument("--bpf-stats", action="store_true", help="count the time of the programs the call runs in the kernel")
     ap.add_argument("--no-frame-by-frame", action="store_true", help="leave out the frame-by-frame mode")
     args = ap.parse_args()
     lib = libcudart()
@@ -121,7 +133,7 @@ def main() -> None:
         inside = (f"   BPF: {statistics.median(walks[m]):.0f} ns per stack taken (min {min(walks[m]):.0f})"
                   if walks[m] else "")
         if progs[m]:
-            inside += f", tl_py_call {statistics.median(progs[m]):.0f} ns per call (min {min(progs[m]):.0f})"
+            inside += f", programs {statistics.median(progs[m]):.0f} ns per call (min {min(progs[m]):.0f})"
         print(f"  {m:14} {v:8.1f} ns/call   (runs: {', '.join(f'{x:.0f}' for x in times[m])}){inside}")
     print(f"  cuda probes add     {med['cuda'] - med['untraced']:8.1f} ns/call")
     print(f"  pystack adds        {med['cuda+pystack'] - med['cuda']:8.1f} ns/call over the cuda family alone")
@@ -138,6 +150,9 @@ def main() -> None:
     bmed = {m: statistics.median(v) for m, v in bests.items()}
     print(f"  fastest 1,000 calls of a run: pystack adds {bmed['cuda+pystack'] - bmed['cuda']:8.1f} ns/call "
           f"(medians over runs; {min(bests['cuda+pystack']) - min(bests['cuda']):.1f} the fastest)")
+    if progs["cuda"] and progs["cuda+pystack"]:
+        print(f"  BPF programs of the call (kernel's count): pystack adds "
+              f"{statistics.median(progs['cuda+pystack']) - statistics.median(progs['cuda']):8.1f} ns/call (medians)")
     if "  frame by frame" in med:
         print(f"  ... reading each frame on its own {med['  frame by frame'] - med['cuda']:8.1f} ns/call")
 

@@ -23,7 +23,7 @@ from .ring_reader import RingReader
 BPF_DIR = str(resources.files("timeline") / "bpf")
 
 
-SHARED_MAPS = ("tracked", "drops")
+SHARED_MAPS = ("tracked", "drops", "hook_args")
 _TASK = struct.Struct("<II")  # struct tl_task {tgid, flags}
 
 

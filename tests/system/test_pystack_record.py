@@ -194,6 +194,12 @@ def _sync_calls(raw: str, *record_args: str) -> tuple[dict, dict, np.ndarray]:
     stacks = recorded_stacks(log)
     assert {tuple(stacks[(info["pid"], sid)]) for sid in calls["stack_id"].tolist()} == {
         tuple(chain(info, "INNER_CUDA"))}
+    if stats["call_hooks"]:
+        # the cuda program handed its entry time to the hook: each stack's time is its call's
+        # record's, to the nanosecond, and the hook read no clock of its own (dur 0)
+        cuda = np.concatenate(log["cuda"])
+        assert set(calls["ts"].tolist()) <= set(cuda["ts"][cuda["tid"] == info["tid"]].tolist())
+        assert (calls["dur"] == 0).all() and (calls["flags"] & R.PYF_HOOKED).all()
     return info, stats, calls
 
 
@@ -204,6 +210,14 @@ def test_without_the_cuda_family_its_own_uprobes_take_the_stacks(tmp_path):
     require_root()
     _, stats, _ = _sync_calls(str(tmp_path / "run.tlraw"), "-e", "pystack")
     assert stats["call_hooks"] is False, stats
+
+
+def test_full_cuda_mode_hands_its_entry_time_to_the_hook(tmp_path):
+    """The cuda family's full mode (tl_cuda_enter, the syncs' slices made at their return): its hook
+    gets the entry time that program stamps the slice with (_sync_calls checks it)."""
+    require_root()
+    _, stats, _ = _sync_calls(str(tmp_path / "run.tlraw"), "-e", "cuda,pystack", "--cuda-lib", real_cudart())
+    assert stats["call_hooks"] is True, stats
 
 
 def test_entry_only_cuda_mode_takes_the_stacks_through_its_hook(tmp_path):

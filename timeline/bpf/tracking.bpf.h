@@ -41,6 +41,57 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* What a family's probe program hands to the program it tail-calls at the
+ * same hit (a hook: cuda.bpf.c tl_call_hooks), so that the hook does not
+ * fetch it again (each helper call costs 20-40 ns here).  Per CPU: a tail
+ * call runs at once on the same CPU.  A uprobe program may be preempted,
+ * though, and another task's program may overwrite the slot meanwhile:
+ * `check` ties the fields to each other and to the thread, and a hook that
+ * finds them not its own fetches them itself. */
+struct tl_hook_args {
+	__u64 ts;          /* bpf_ktime_get_boot_ns() at the hit */
+	__u64 cookie;      /* the probe's attach cookie */
+	__u64 check;       /* tl_hook_check(ts, cookie, tid) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_hook_args);
+} hook_args SEC(".maps");
+
+static __always_inline __u64 tl_hook_check(__u64 ts, __u64 cookie, __u32 tid)
+{
+	return (ts ^ ((__u64)tid << 32)) * 0x9E3779B97F4A7C15ULL ^ cookie;
+}
+
+/* Before a tail call to a hook. */
+static __always_inline void tl_hook_pass(__u64 ts, __u64 cookie, __u32 tid)
+{
+	__u32 zero = 0;
+	struct tl_hook_args *a = bpf_map_lookup_elem(&hook_args, &zero);
+
+	if (a) {
+		a->ts = ts;
+		a->cookie = cookie;
+		a->check = tl_hook_check(ts, cookie, tid);
+	}
+}
+
+/* In a hook: what the program that tail-called it passed, if this thread's. */
+static __always_inline bool tl_hook_take(__u32 tid, __u64 *ts, __u64 *cookie)
+{
+	__u32 zero = 0;
+	struct tl_hook_args *a = bpf_map_lookup_elem(&hook_args, &zero);
+
+	if (!a)
+		return false;
+	*ts = a->ts;
+	*cookie = a->cookie;
+	return *ts && a->check == tl_hook_check(*ts, *cookie, tid);
+}
+
 static __always_inline bool tl_is_tracked(__u32 tid)
 {
 	return tid != 0 && bpf_map_lookup_elem(&tracked, &tid) != NULL;

@@ -81,8 +81,9 @@ struct {
 	__type(value, __u32);
 } tl_call_hooks SEC(".maps");
 
-static __always_inline int run_hook(struct pt_regs *ctx, __u64 ck)
+static __always_inline int run_hook(struct pt_regs *ctx, __u64 ts, __u64 ck, __u32 tid)
 {
+	tl_hook_pass(ts, ck, tid);  /* the hook's time is this call's entry, its cookie ours */
 	bpf_tail_call(ctx, &tl_call_hooks, (__u32)(ck & TL_CK_ID_MASK));
 	return 0;
 }
@@ -191,8 +192,9 @@ SEC("uprobe")
 int tl_cuda_entry(struct pt_regs *ctx)
 {
 	__u64 ck = bpf_get_attach_cookie(ctx), ts = bpf_ktime_get_boot_ns();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
-	if (!tl_is_tracked((__u32)bpf_get_current_pid_tgid()))
+	if (!tl_is_tracked(tid))
 		return 0;
 	if (ck & (TL_CK_RUNTIME | TL_CK_DRIVER)) {
 		struct tls *t = tls_get(true);
@@ -212,23 +214,24 @@ int tl_cuda_entry(struct pt_regs *ctx)
 		}
 	}
 	emit_entry(ctx, ts, ck);
-	return run_hook(ctx, ck);
+	return run_hook(ctx, ts, ck, tid);
 }
 
 SEC("uprobe")
 int tl_cuda_enter(struct pt_regs *ctx)
 {
 	__u64 ck = bpf_get_attach_cookie(ctx), ts = bpf_ktime_get_boot_ns();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct tls *t;
 	__u32 d;
 
-	if (!tl_is_tracked((__u32)bpf_get_current_pid_tgid()))
+	if (!tl_is_tracked(tid))
 		return 0;
 	t = tls_get(true);
 	if (!t) {
 		stat(STAT_NOSTORE);
 		emit_entry(ctx, ts, ck);
-		return run_hook(ctx, ck);
+		return run_hook(ctx, ts, ck, tid);
 	}
 	d = prune_entry(t, ctx->sp);
 	if ((ck & TL_CK_DRIVER) && in_runtime(t, d, ts, ctx->sp, ck)) {
@@ -238,7 +241,7 @@ int tl_cuda_enter(struct pt_regs *ctx)
 	if (d >= DEPTH) {
 		stat(STAT_STASH_FULL);
 		emit_entry(ctx, ts, ck);
-		return run_hook(ctx, ck);
+		return run_hook(ctx, ts, ck, tid);
 	}
 	struct frame *f = &t->f[SLOT(d)];
 
@@ -247,7 +250,7 @@ int tl_cuda_enter(struct pt_regs *ctx)
 	f->cookie = ck;
 	read_args(ctx, ck, f->args);
 	t->depth = d + 1;
-	return run_hook(ctx, ck);
+	return run_hook(ctx, ts, ck, tid);
 }
 
 SEC("uretprobe")

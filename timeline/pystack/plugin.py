@@ -51,7 +51,7 @@ from .sampling import Sampler
 from .symbolize import CodeReader
 
 STATS = ("walks", "no_state", "no_frame", "truncated", "faults", "stacks", "stacks_lost", "waits",
-         "short_waits", "walk_ns", "frames", "launches", "nested_launches")  # pystack.bpf.c ST_*
+         "short_waits", "walk_ns", "frames", "launches", "nested_launches", "timed_walks")  # pystack.bpf.c ST_*
 # looks at a process whose interpreter is not mapped yet (the dynamic loader maps libpython
 # within a millisecond or two of exec); a non-Python process costs these few reads
 RETRY_S = (0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)

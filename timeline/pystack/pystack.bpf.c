@@ -63,12 +63,16 @@ const volatile struct tl_py_stack tl_py_stack_layout = {};
 #define ST_STACKS_LOST 6   /* py_stacks ring full: sent again next time */
 #define ST_WAITS 7
 #define ST_SHORT_WAITS 8   /* waits under min_wait_ns, not recorded */
-#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns;
-			    * at calls, the program from its first clock read to its last */
+#define ST_WALK_NS 9       /* time spent taking stacks (find the thread, walk, send), ns, in
+			    * ST_TIMED_WALKS walks; at calls, the program from its first
+			    * clock read to its last */
 #define ST_FRAMES 10       /* frames walked */
 #define ST_LAUNCHES 11     /* launches seen (recorded Python processes) */
 #define ST_NESTED 12       /* driver launches inside a runtime launch: not counted */
-#define NSTATS 13
+#define ST_TIMED_WALKS 13  /* the walks ST_WALK_NS counts: not those at calls run through the
+			    * cuda family's hook (no clock read of their own; the kernel's
+			    * count of that family's program, kernel.bpf_stats_enabled, has them) */
+#define NSTATS 14
 
 /* An entry-only runtime launch has no return to clear: a driver launch deeper
  * on the stack in the same or the next tick (1-10 ms, as HZ is) counts as
@@ -696,6 +700,7 @@ static __always_inline __u64 take_stack(struct tl_py_proc *p, struct py_scratch 
 	__u64 t0 = bpf_ktime_get_ns(), id = take_stack_timed(p, t, hint, task, tgid, tid, flags);
 
 	stat_add(ST_WALK_NS, bpf_ktime_get_ns() - t0);
+	stat(ST_TIMED_WALKS);
 	return id;
 }
 
@@ -828,38 +833,51 @@ struct {
 	__type(value, __u32);
 } py_hook_cookie SEC(".maps");
 
-static __always_inline int py_call(struct pt_regs *ctx, __u32 ck, __u8 hooked);
+static __always_inline int py_call(struct pt_regs *ctx, struct task_struct *task, __u32 ck, __u8 hooked,
+				   __u64 ts);
 
 SEC("uprobe")
 int tl_py_call(struct pt_regs *ctx)
 {
-	return py_call(ctx, (__u32)bpf_get_attach_cookie(ctx), 0);
+	return py_call(ctx, bpf_get_current_task_btf(), (__u32)bpf_get_attach_cookie(ctx), 0, 0);
 }
 
 /* The same, run by the cuda family's entry programs (a tail call through
  * their tl_call_hooks) where that family probes the call: one consumer of
- * the breakpoint instead of two. */
+ * the breakpoint instead of two.  That program's clock read and cookie are
+ * handed over (tl_hook_take): the record's time is then its slice's entry,
+ * to the nanosecond. */
 SEC("uprobe")
 int tl_py_hook(struct pt_regs *ctx)
 {
-	__u32 id = (__u32)bpf_get_attach_cookie(ctx) & TL_PY_CK_ID_MASK;
-	__u32 *ck = bpf_map_lookup_elem(&py_hook_cookie, &id);
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 ts, cookie;
+	__u32 id, *ck;
 
-	return ck ? py_call(ctx, *ck, TL_PYF_HOOKED) : 0;
+	if (!tl_hook_take(task->pid, &ts, &cookie)) {
+		ts = 0;
+		cookie = bpf_get_attach_cookie(ctx);
+	}
+	id = (__u32)cookie & TL_PY_CK_ID_MASK;
+	ck = bpf_map_lookup_elem(&py_hook_cookie, &id);
+	return ck ? py_call(ctx, task, *ck, TL_PYF_HOOKED, ts) : 0;
 }
 
-static __always_inline int py_call(struct pt_regs *ctx, __u32 ck, __u8 hooked)
+/* ts: when the call was entered, 0 to read the clock here. */
+static __always_inline int py_call(struct pt_regs *ctx, struct task_struct *task, __u32 ck, __u8 hooked,
+				   __u64 ts)
 {
 	__u32 tid, tgid;
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct tl_py_proc *p;
 	struct py_task *t;
-	__u64 stack, ts, dur;
+	__u64 stack, dur = 0;
 	__u8 flags = 0;
+	bool timed = !ts;
 
 	if ((ck & TL_PY_CK_LAUNCH) && !launch_due(ctx, task, ck, hooked))
 		return 0;
-	ts = bpf_ktime_get_boot_ns();
+	if (timed)
+		ts = bpf_ktime_get_boot_ns();
 	tid = task->pid;  /* a trusted pointer's fields: loads, not a helper call */
 	tgid = task->tgid;
 	/* py_task exists only for a thread found tracked before, and only its
@@ -880,10 +898,14 @@ static __always_inline int py_call(struct pt_regs *ctx, __u32 ck, __u8 hooked)
 	/* dur: how long the walk took, also what py_stats counts (one pair of
 	 * clock reads for both).  The cuda family's program for the same hit
 	 * stamps its slice before this one began or after it ended, never
-	 * later than that by much (TL_PYF_HOOKED: before, that program ran
-	 * first): the converter joins them so. */
-	dur = bpf_ktime_get_boot_ns() - ts;
-	stat_add(ST_WALK_NS, dur);
+	 * later than that by much: the converter joins them so.  Through the
+	 * hook (TL_PYF_HOOKED) ts is that slice's own entry time and no clock
+	 * is read here (dur 0): each read costs ~40 ns, a call's budget. */
+	if (timed) {
+		dur = bpf_ktime_get_boot_ns() - ts;
+		stat_add(ST_WALK_NS, dur);
+		stat(ST_TIMED_WALKS);
+	}
 	emit(TL_PY_CALL, ts, dur, stack, tid, tgid, ck & TL_PY_CK_ID_MASK, flags | hooked);
 	return 0;
 }

@@ -24,7 +24,8 @@
 #define TL_PYF_FAULT    8  /* a read of the interpreter's memory failed mid-walk */
 #define TL_PYF_EXEC     16 /* py_stacks: no stack, a recorded process exec'ed (look at its new image) */
 #define TL_PYF_HOOKED   32 /* TL_PY_CALL taken after the cuda family's program of the same hit (a
-			    * tail call from it): the call's slice starts before this record */
+			    * tail call from it): the call's slice starts before this record, or at
+			    * its ts exactly (that program handed its entry time over: dur 0) */
 
 #define TL_PY_MAX_FRAMES 64
 
@@ -116,7 +117,7 @@ struct tl_py_proc {
 /* The ring's record. */
 struct tl_py_event {
 	__u64 ts;          /* bpf_ktime_get_boot_ns(): call entry, switch-out, sample */
-	__u64 dur;         /* TL_PY_WAIT: until the thread ran again; TL_PY_CALL: time taking the stack */
+	__u64 dur;         /* TL_PY_WAIT: until the thread ran again; TL_PY_CALL: time taking the stack (0: not timed) */
 	__u64 stack_id;    /* 0: no stack (see flags) */
 	__u32 tid;
 	__u32 tgid;

@@ -22,7 +22,7 @@ PYF_NO_STATE = 2
 PYF_NO_FRAME = 4
 PYF_FAULT = 8
 PYF_EXEC = 16
-PYF_HOOKED = 32  # a call's stack taken after the cuda program of the same hit: its slice starts before
+PYF_HOOKED = 32  # a call's stack taken after the cuda program of the same hit: its slice starts before, or at its ts
 
 PY_MAX_FRAMES = 64
 PY_CK_ID_MASK = 4095
