@@ -1,0 +1,128 @@
+"""Checks computed at conversion (timeline/checks/partials): kernel_outliers' partial, written into a
+trace set's index by the converter and merged by `timeline check SET` without trace_processor, gives
+the findings its SQL gives on the same recording converted as one trace.  Synthetic raw logs with
+the cuda family's launch calls and the gpu family's kernels (test_gpu_convert.GpuLog), converted both
+ways through the real converter; the SQL through the wasm trace_processor."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_gpu_convert import GpuLog, us
+from timeline.checks import run_checks
+from timeline.checks.traceset import FROM_INDEX, NOT_MERGED, check_set
+from timeline.converters import convert
+from timeline.converters.trace_set import SplitSpec
+from timeline.gpu import records as R
+from timeline.identity import invoking_user
+from timeline.trace_processor import TraceProcessorConfig, open_trace
+
+CHECK = "kernel_outliers"
+
+
+def training_log(steps=40, slow=(), unlinked_device=False) -> GpuLog:
+    """A process launching kernels k0..k4 (each its own function pointer, so each its own kernel
+    to the start-up rule) 20 us each, steps of 5 launches; `slow`: {(step, i): kernel us}.
+    unlinked_device: kernels on GPU 1 that no launch call's flow reaches."""
+    g = GpuLog()
+    names = [g.string(i + 1, f"k{i}") for i in range(5)]
+    t, free = 2000.0, 0.0
+    for step in range(steps):
+        t += 300
+        for i in range(5):
+            dur = slow.get((step, i), 20)
+            begin = max(t + 3, free)
+            g.corr += 1
+            g.call("cudaLaunchKernel", us(t), 5000, args=(0x1000 + 16 * i,))
+            g.rec(R.API, us(t) + 200, us(t) + 4800, tid=1000, correlation=g.corr, domain=211)
+            g.rec(R.KERNEL, us(begin), us(begin + dur), correlation=g.corr, device=0, stream=7, name=names[i],
+                  grid=(1, 1, 1), block=(32, 1, 1))
+            free = begin + dur
+            t += 25
+        if unlinked_device:
+            g.rec(R.KERNEL, us(t), us(t + 10), correlation=10_000 + step, device=1, stream=3, name=names[0])
+    return g
+
+
+def sql_findings(path):
+    with open_trace(path, engine="wasm") as tp:
+        r = next(x for x in run_checks(tp, path, only=[CHECK]).results)
+    return r.status, r.findings
+
+
+def set_result(path):
+    return check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1).results[0]
+
+
+def both_ways(tmp_path, g: GpuLog, split="5ms"):
+    """(SQL status and findings on the single trace, the set's CheckResult, the set's index)."""
+    raw = g.write(tmp_path / "run.tlraw", block=200)
+    one = str(tmp_path / "one.pftrace")
+    convert(raw, one)
+    spec = SplitSpec(duration_ns=int(float(split[:-2]) * 1e6))
+    res = convert(raw, str(tmp_path / "set.pftrace"), split=spec)
+    with open(f"{res.out_path}/index.json") as f:
+        index = json.load(f)
+    return sql_findings(one), set_result(res.out_path), index, res.out_path
+
+
+@pytest.mark.parametrize("case", ["outlier", "startup_only", "none", "too_few_runs", "below_min_us"])
+def test_partial_gives_the_sql_findings(tmp_path, case):
+    """Each of the check's edge conditions, SQL on one trace vs partial+merge on a set of ~5 ms chunks:
+    a steady-state outlier (and two more, so the worst-3 list is cut); a slow kernel in the start-up only
+    (the first launch of k4, the last kernel new to the process, ends it: left out); none; kernels run
+    fewer than min_runs times (no median: n/a); a kernel 20x its median but under min_outlier_us."""
+    slow = {"outlier": {(20, 0): 2000, (25, 1): 900, (30, 1): 800, (33, 3): 700},
+            "startup_only": {(0, 1): 2000},
+            "none": {},
+            "too_few_runs": {(5, 0): 2000},
+            "below_min_us": {(20, 2): 90}}[case]
+    (status, want), got, index, _ = both_ways(tmp_path, training_log(steps=8 if case == "too_few_runs" else 40,
+                                                                      slow=slow))
+    assert "kernel_outliers" in index.get("partials", {}), index.get("partials")
+    assert len(index["chunks"]) > 3
+    assert got.note == FROM_INDEX  # no trace_processor for it
+    assert (got.status, got.findings) == (status, want)
+    expected = {"outlier": "warning", "startup_only": "ok", "none": "ok", "too_few_runs": "n/a",
+                "below_min_us": "ok"}[case]
+    assert status == expected, want
+    if case == "outlier":
+        assert [f.evidence["max_us"] for f in want if f.severity == "info"] == [2000, 900, 800]
+        assert {f.evidence["kernel"]: f.evidence["outliers"] for f in want if f.severity == "warning"} == \
+            {"k0": 1, "k1": 2, "k3": 1}
+
+
+def test_split_and_unsplit_agree_with_chunk_sizes(tmp_path):
+    """One chunk or dozens: the same findings as the single trace's SQL."""
+    g = training_log(slow={(12, 2): 1500, (37, 4): 600})
+    for split in ("2000ms", "3ms"):
+        d = tmp_path / split
+        d.mkdir()
+        (status, want), got, index, _ = both_ways(d, g, split)
+        assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "warning"
+
+
+def test_other_parameters_and_old_sets_run_the_sql(tmp_path):
+    """A set written before partials (no key in its index) and a run with other parameters go through
+    trace_processor, per chunk, as before."""
+    (_, want), got, index, path = both_ways(tmp_path, training_log(slow={(20, 0): 2000}))
+    assert got.note == FROM_INDEX
+    other = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1,
+                      params={CHECK: {"outlier_factor": 4}}).results[0]
+    assert other.note == NOT_MERGED
+    index.pop("partials")
+    for c in index["chunks"]:
+        c.pop("partials", None)
+    with open(f"{path}/index.json", "w") as f:
+        json.dump(index, f)
+    old = set_result(path)
+    assert old.note == NOT_MERGED and old.status in ("warning", "ok", "n/a")
+
+
+def test_no_partial_where_the_sql_would_pick_the_main_thread(tmp_path):
+    """GPU 1's kernels are reached by no flow: its owner is the prelude's main thread, which the
+    partial does not model, so the converter writes none and the SQL decides."""
+    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}, unlinked_device=True))
+    assert "kernel_outliers" not in index.get("partials", {})
+    assert got.note == NOT_MERGED
