@@ -35,7 +35,7 @@ GPU_CATS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
 CUDA_CATS = ("cuda", "cuda_driver", "nccl")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
             "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
-MAX_ROWS = 40_000_000   # held rows of all three kinds (~30 bytes each)
+MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.5 GB at most)
 MAX_NAMES = 20_000      # kernel names with a median
 MAX_LINES = 1_000       # Python lines per kernel name in a chunk's part
 
@@ -84,8 +84,8 @@ class Collector:
     def __init__(self, pid_of=None):
         self.s = _Strings()
         self.pid_of = pid_of or (lambda tid: tid)
-        self.gpu: list[tuple] = []      # ts, dur, name, cat, device, flow in
-        self.src: list[tuple] = []      # flow id, tid, pid, ts, py
+        self.gpu: list[tuple] = []      # ts, dur, name, is a kernel, device, flow in
+        self.src: list[tuple] = []      # flow id, tid, pid, py
         self.launch: list[tuple] = []   # ts, pid, kernel key
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
@@ -100,7 +100,9 @@ class Collector:
     def _pids(self, tid: np.ndarray, pid) -> np.ndarray:
         if pid is not None:
             return np.broadcast_to(np.asarray(pid, np.int64), tid.shape).copy()
-        return np.array([p if (p := self.pid_of(t)) is not None else t for t in tid.tolist()], np.int64)
+        uniq, inv = np.unique(tid, return_inverse=True)
+        return np.array([p if (p := self.pid_of(t)) is not None else t for t in uniq.tolist()],
+                        np.int64)[inv.reshape(-1)]
 
     # -- what the converter writes
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
@@ -112,17 +114,21 @@ class Collector:
         cats = self.s.codes(cat, n)
         cuda = np.isin(cats, [self.s.code(c) for c in CUDA_CATS])
         tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
+        pids = None
         if flow_out is not None:
             ids = _ids(flow_out, n)
             py = self.s.codes(_arg(args, "py"), n)
+            pids = self._pids(tid, pid)
             for j in range(ids.shape[1]):
                 m = ids[:, j] != 0
                 if m.any() and self._hold(int(m.sum())):
-                    self.src.append((ids[m, j], tid[m], self._pids(tid, pid)[m], ts[m], py[m]))
+                    self.src.append((ids[m, j], tid[m].astype(np.int32), pids[m].astype(np.int32),
+                                     py[m].astype(np.int32)))
         names = self.s.codes(name, n)
-        # the prelude's fn: the name without the per-thread-stream suffixes
-        fn = np.array([self.s.code(self.s.strings[c].replace("_ptsz", "").replace("_ptds", ""))
-                       for c in names.tolist()], np.int64)
+        # the prelude's fn: the name without the per-thread-stream suffixes (worked out per distinct name)
+        uniq, inv = np.unique(names, return_inverse=True)
+        fn = np.array([self.s.code(self.s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
+                       for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
         launch = cuda & np.isin(fn, [self.s.code(x) for x in LAUNCHES])
         if not launch.any() or not self._hold(int(launch.sum())):
             return
@@ -133,14 +139,16 @@ class Collector:
                 continue
             if c.kind == "str":
                 vals = self.s.codes(c, n)
-            else:
-                text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in np.asarray(c.values).tolist()]
-                vals = np.array([self.s.code(f"{k}:{t}") for t in text], np.int64)
+            else:  # numbers: each distinct one named once
+                uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)
+                text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
+                vals = np.array([self.s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
                 if c.present is not None:
                     vals = np.where(c.present, vals, -1)
             key = np.where(key < 0, vals, key)
         key = np.where(key < 0, fn, key)
-        self.launch.append((ts[launch], self._pids(tid, pid)[launch], key[launch]))
+        pids = self._pids(tid, pid) if pids is None else pids
+        self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         """A batch of slices on a named track (the sink's `group_slices`: GPU work)."""
@@ -163,48 +171,46 @@ class Collector:
             self.declined = "GPU work with two flows in"
             return
         fin = fin[:, 0] if fin.shape[1] else np.zeros(n, np.uint64)
-        self.gpu.append((ts[gpu], np.asarray(dur, np.int64)[gpu], self.s.codes(name, n)[gpu], cats[gpu],
-                         device[gpu], fin[gpu]))
+        self.gpu.append((ts[gpu], np.asarray(dur, np.int64)[gpu], self.s.codes(name, n)[gpu].astype(np.int32),
+                         cats[gpu] == self.s.code("gpu_kernel"), device[gpu].astype(np.int32), fin[gpu]))
 
     # -- the partial
     def finish(self, starts) -> dict | None:
         if self.declined or not self.gpu:
             return None
         g = [np.concatenate(c) for c in zip(*self.gpu)]
-        g_ts, g_dur, g_name, g_cat, g_dev, g_flow = g
+        g_ts, g_dur, g_name, g_kernel, g_dev, g_flow = g
         src = [np.concatenate(c) for c in zip(*self.src)] if self.src else [np.zeros(0, t) for t in (
-            np.uint64, np.int64, np.int64, np.int64, np.int64)]
-        s_id, s_tid, s_pid, s_ts, s_py = src
-        if np.unique(s_id).size != s_id.size:
-            return None  # a flow id with two sources
-        linked = g_flow[g_flow != 0]
-        if np.unique(linked).size != linked.size:
-            return None  # a flow id with two ends
-        order = np.argsort(s_id)
-        at = np.searchsorted(s_id[order], g_flow)
-        at = np.minimum(at, max(s_id.size - 1, 0))
-        found = (g_flow != 0) & (s_id.size > 0)
-        if s_id.size:
-            found &= s_id[order][at] == g_flow
-        src_row = np.where(found, order[at] if s_id.size else 0, -1)
-
-        window = {}
+            np.uint64, np.int32, np.int32, np.int32)]
+        s_id, s_tid, s_pid, s_py = src
+        src_row = _source_rows(s_id, g_flow)
+        if src_row is None:
+            return None  # a flow id with two sources or two ends
+        devices, dev_i = np.unique(g_dev, return_inverse=True)
+        dev_i = dev_i.reshape(-1)
+        # per device, the thread whose calls have the most flows into its work (the prelude's _tl_gpu_owner)
+        linked = src_row >= 0
+        pairs, counts = np.unique(dev_i[linked].astype(np.int64) << 32 | s_tid[src_row[linked]].astype(np.int64)
+                                  & 0xFFFFFFFF,
+                                  return_counts=True)
         end = self._startup_ends()
-        for d in np.unique(g_dev).tolist():
-            on = (g_dev == d) & (src_row >= 0)
-            if not on.any():
+        first = np.full(devices.size, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first, dev_i, g_ts)
+        window = np.empty(devices.size, np.int64)
+        for d in range(devices.size):
+            mine = (pairs >> 32) == d
+            if not mine.any():
                 return None  # no flow reaches it: the SQL takes the main thread
-            tids, counts = np.unique(s_tid[src_row[on]], return_counts=True)
-            top = tids[counts == counts.max()]
-            pids = {int(s_pid[src_row[on]][s_tid[src_row[on]] == t][0]) for t in top.tolist()}
+            top = (pairs[mine][counts[mine] == counts[mine].max()] & 0xFFFFFFFF).tolist()
+            pids = {int(s_pid[src_row[linked & (dev_i == d)]][s_tid[src_row[linked & (dev_i == d)]] == t][0])
+                    for t in top}
             if len(pids) > 1:
-                return None
-            window[d] = max(int(g_ts[g_dev == d].min()), end.get(pids.pop()) or 0)
-        kernel = g_cat == self.s.code("gpu_kernel")
-        steady = kernel & (g_ts >= np.array([window[d] for d in g_dev.tolist()], np.int64).reshape(-1))
+                return None  # a tie the SQL breaks by trace_processor's thread numbering
+            window[d] = max(int(first[d]), end.get(pids.pop()) or 0)
+        steady = g_kernel & (g_ts >= window[dev_i])
+        py = np.where(src_row >= 0, s_py[np.maximum(src_row, 0)], -1) if s_id.size else np.full(g_ts.size, -1)
         return self._parts(np.asarray(starts, np.int64), g_ts[steady], g_dur[steady], g_name[steady],
-                           g_dev[steady], np.where(src_row[steady] >= 0, s_py[np.maximum(src_row[steady], 0)], -1)
-                           if s_id.size else np.full(int(steady.sum()), -1, np.int64))
+                           g_dev[steady], py[steady])
 
     def _startup_ends(self) -> dict:
         """Per process: tl_startup.end_ts, the first launch of the last kernel new to it among those
@@ -232,17 +238,19 @@ class Collector:
         stats, chunks = {}, [{} for _ in range(starts.size)]
         chunk = np.clip(np.searchsorted(starts, ts, "right") - 1, 0, starts.size - 1)
         keep = int(p["max_outliers"])
-        for c in names.tolist():
-            m = np.flatnonzero(name == c)
-            d = np.sort(dur[m])
+        order = np.lexsort((dur, name))  # by name, then duration: each name's runs in a row, sorted
+        cuts = np.flatnonzero(np.diff(name[order])) + 1
+        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, order.size].tolist()):
+            m = order[lo:hi]
+            d = dur[m]
             n = d.size
             if n < p["min_runs"]:
                 continue
-            p50 = int(d[max(1, math.ceil(0.50 * n)) - 1])
+            p50 = int(d[max(1, math.ceil(0.50 * n)) - 1])  # nearest rank, as the prelude's _tl_percentiles
             p99 = int(d[max(1, math.ceil(0.99 * n)) - 1])
-            label = self.s.strings[c]
+            label = self.s.strings[int(name[m[0]])]
             stats[label] = [n, p50, p99, int(d[-1])]
-            out = m[(dur[m] >= p["outlier_factor"] * p50) & (dur[m] >= p["min_outlier_us"] * 1000)]
+            out = m[(d >= p["outlier_factor"] * p50) & (d >= p["min_outlier_us"] * 1000)]
             for k in np.unique(chunk[out]).tolist():
                 o = out[chunk[out] == k]
                 lines: dict = {}
@@ -259,6 +267,22 @@ class Collector:
                     "worst": [[int(ts[i]), int(dur[i]), int(dev[i]),
                                _py_line(self.s.strings[py[i]]) if py[i] >= 0 else None] for i in worst.tolist()]}
         return {"set": {"version": VERSION, "params": p, "stats": stats}, "chunks": chunks}
+
+
+def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
+    """Per GPU row, the row of the call its flow comes from (-1: none); None when a flow id has two
+    sources or two ends (trace_processor would chain them). Ids usually come sorted: checked in O(n)."""
+    linked = g_flow[g_flow != 0]
+    for ids in (s_id, linked):
+        if ids.size > 1 and not (ids[1:] > ids[:-1]).all():
+            sorted_ids = np.sort(ids)
+            if (sorted_ids[1:] == sorted_ids[:-1]).any():
+                return None
+    if not s_id.size:
+        return np.full(g_flow.size, -1, np.int64)
+    order = np.arange(s_id.size) if (s_id[1:] > s_id[:-1]).all() else np.argsort(s_id)
+    at = np.minimum(np.searchsorted(s_id[order], g_flow), s_id.size - 1)
+    return np.where((g_flow != 0) & (s_id[order][at] == g_flow), order[at], -1)
 
 
 def _py_line(stack: str):

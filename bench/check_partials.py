@@ -1,0 +1,115 @@
+"""kernel_outliers through trace_processor vs from the partial in a trace set's index (issue 23).
+
+    python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000]
+
+The synthetic 8-GPU node of bench/scale_8gpu.py (8 ranks, 10k launches/s each), converted into a
+trace set twice in this process: with the checks' partial collectors (as shipped) and without (the
+collectors replaced by none): the difference is what computing the partials adds to conversion.
+Then `timeline check SET --only kernel_outliers` both ways, one worker: from the index, and
+through trace_processor (the same set with its index's partials taken out: how a set written before
+partials is checked). Events/s per core = the set's events / CPU seconds of the step (children
+included). Prints one line per measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+import scale_8gpu  # noqa: E402
+from timeline.checks import partials  # noqa: E402
+from timeline.checks.traceset import check_set  # noqa: E402
+from timeline.converters import convert  # noqa: E402
+from timeline.converters.trace_set import SplitSpec  # noqa: E402
+from timeline.identity import invoking_user  # noqa: E402
+from timeline.trace_processor import TraceProcessorConfig  # noqa: E402
+
+CHECK = "kernel_outliers"
+
+
+def cpu() -> float:
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn):
+    t, c = time.perf_counter(), cpu()
+    out = fn()
+    return out, time.perf_counter() - t, cpu() - c
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=0.1)
+    ap.add_argument("--chunk-events", type=int, default=500_000)
+    ap.add_argument("--keep", help="work in this directory and leave it")
+    ap.add_argument("--compare", action="store_true", help="also check the log converted as one trace (SQL) "
+                    "and say whether its findings equal the index's")
+    a = ap.parse_args()
+    d = a.keep or tempfile.mkdtemp(prefix="tl-partials-")
+    os.makedirs(d, exist_ok=True)
+    try:
+        raw = os.path.join(d, "node.tlraw")
+        counts = scale_8gpu.build(raw, a.minutes)
+        print(f"log: {a.minutes:g} min of 8 GPUs, {counts['records']:,} records ({counts['gpu']:,} GPU, "
+              f"{counts['cuda']:,} CUDA calls), load {os.getloadavg()[0]:.1f}")
+        spec = SplitSpec(events=a.chunk_events)
+        shipped = partials.collectors
+        partials.collectors = lambda: {}
+        try:
+            res, s0, c0 = timed(lambda: convert(raw, os.path.join(d, "plain.pftrace"), split=spec))
+        finally:
+            partials.collectors = shipped
+        res, s1, c1 = timed(lambda: convert(raw, os.path.join(d, "with.pftrace"), split=spec))
+        events = sum(c["events"] for c in res.chunks)
+        print(f"convert without partials: {s0:.1f} s wall, {c0:.1f} s CPU; with: {s1:.1f} s wall, {c1:.1f} s CPU "
+              f"(+{c1 - c0:.1f} s CPU, {100 * (c1 - c0) / c0:+.1f}%); {len(res.chunks)} chunks, {events:,} events")
+        with open(os.path.join(res.out_path, "index.json")) as f:
+            index = json.load(f)
+        size = len(json.dumps(index.get(partials.PARTIALS, {}))) + sum(
+            len(json.dumps(c.get(partials.PARTIALS, {}))) for c in index["chunks"])
+        print(f"index.json: {os.path.getsize(os.path.join(res.out_path, 'index.json')):,} bytes, of which partials "
+              f"~{size:,}; partial written: {CHECK in index.get(partials.PARTIALS, {})}")
+        user, tpc = invoking_user(), TraceProcessorConfig(engine="wasm")
+        fast, s2, c2 = timed(lambda: check_set(res.out_path, tpc, user, [CHECK], workers=1))
+        old = os.path.join(d, "old.tlset")
+        shutil.copytree(res.out_path, old)
+        index.pop(partials.PARTIALS, None)
+        for c in index["chunks"]:
+            c.pop(partials.PARTIALS, None)
+        with open(os.path.join(old, "index.json"), "w") as f:
+            json.dump(index, f)
+        slow, s3, c3 = timed(lambda: check_set(old, tpc, user, [CHECK], workers=1))
+        for name, rep, s, c in (("from the index", fast, s2, c2), ("through trace_processor", slow, s3, c3)):
+            r = rep.results[0]
+            print(f"check {CHECK} {name}: {s:.3f} s wall, {c:.3f} s CPU, {events / max(c, 1e-9) / 1e6:.3f} M events/s "
+                  f"per core; status {r.status}, {len(r.findings)} findings")
+        if a.compare:
+            from timeline.checks import run_checks
+            from timeline.trace_processor import open_trace
+
+            one = os.path.join(d, "one.pftrace")
+            convert(raw, one)
+            with open_trace(one, engine="wasm") as tp:
+                want = run_checks(tp, one, only=[CHECK]).results[0]
+            got = fast.results[0]
+            print(f"single trace through SQL: {want.status}, {[f.message for f in want.findings]}; "
+                  f"the index's findings equal: {(got.status, got.findings) == (want.status, want.findings)}")
+        print(f"load at the end {os.getloadavg()[0]:.1f}")
+    finally:
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
