@@ -9,7 +9,12 @@ import json
 
 import pytest
 
-from test_gpu_convert import GpuLog, us
+from test_gpu_convert import GpuLog, full_log, us
+from test_pystack_convert import FRAMES, py_events
+from timeline.cuda.probes import BY_NAME
+from timeline.pystack import probes
+from timeline.pystack import records as PY
+from timeline import events as ev
 from timeline.checks import run_checks
 from timeline.checks.traceset import FROM_INDEX, NOT_MERGED, check_set
 from timeline.converters import convert
@@ -19,13 +24,37 @@ from timeline.identity import invoking_user
 from timeline.trace_processor import TraceProcessorConfig, open_trace
 
 CHECK = "kernel_outliers"
+STACKS = {"A": (0xA, [0, 1, 2, 3]), "B": (0xB, [4, 2, 3])}  # train.py:12 inner ..., data.py:7 load ...
 
 
-def training_log(steps=40, slow=(), unlinked_device=False) -> GpuLog:
+class StackedGpuLog(GpuLog):
+    """GpuLog plus the pystack family's stacks taken at some launches (`stacked`: launch ts -> stack)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stacked: dict[int, str] = {}
+
+    def builder(self):
+        b = super().builder()
+        if self.stacked:
+            b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
+            b.blocks.append(("meta", {"type": "py_stacks", "ts": us(1), "frames": FRAMES,
+                                      "stacks": [[1000, f"{sid:x}", 0, idx] for sid, idx in STACKS.values()]}))
+            rows = [(PY.PY_CALL, ts + 300, 800, STACKS[k][0], 1000, BY_NAME["cudaLaunchKernel"].id)
+                    for ts, k in sorted(self.stacked.items())]
+            recs = py_events(rows)
+            b.header["rings"][str(PY.RING_PYSTACK)] = {"name": "pystack", "record_size": PY.PY_EVENT.itemsize,
+                                                       "stride": ev.ring_stride(PY.PY_EVENT)}
+            b.blocks.append(("ring", (PY.RING_PYSTACK, ev.encode_ring_bytes(recs))))
+        return b
+
+
+def training_log(steps=40, slow=(), unlinked_device=False, stacks=None) -> GpuLog:
     """A process launching kernels k0..k4 (each its own function pointer, so each its own kernel
     to the start-up rule) 20 us each, steps of 5 launches; `slow`: {(step, i): kernel us}.
-    unlinked_device: kernels on GPU 1 that no launch call's flow reaches."""
-    g = GpuLog()
+    unlinked_device: kernels on GPU 1 that no launch call's flow reaches; stacks: {(step, i): "A" or "B"},
+    the Python stack taken at that launch."""
+    g = StackedGpuLog()
     names = [g.string(i + 1, f"k{i}") for i in range(5)]
     t, free = 2000.0, 0.0
     for step in range(steps):
@@ -35,6 +64,8 @@ def training_log(steps=40, slow=(), unlinked_device=False) -> GpuLog:
             begin = max(t + 3, free)
             g.corr += 1
             g.call("cudaLaunchKernel", us(t), 5000, args=(0x1000 + 16 * i,))
+            if (step, i) in (stacks or {}):
+                g.stacked[us(t)] = stacks[step, i]
             g.rec(R.API, us(t) + 200, us(t) + 4800, tid=1000, correlation=g.corr, domain=211)
             g.rec(R.KERNEL, us(begin), us(begin + dur), correlation=g.corr, device=0, stream=7, name=names[i],
                   grid=(1, 1, 1), block=(32, 1, 1))
@@ -67,30 +98,39 @@ def both_ways(tmp_path, g: GpuLog, split="5ms"):
     return sql_findings(one), set_result(res.out_path), index, res.out_path
 
 
-@pytest.mark.parametrize("case", ["outlier", "startup_only", "none", "too_few_runs", "below_min_us"])
+@pytest.mark.parametrize("case", ["outlier", "startup_only", "none", "too_few_runs", "below_min_us",
+                                  "python_lines"])
 def test_partial_gives_the_sql_findings(tmp_path, case):
     """Each of the check's edge conditions, SQL on one trace vs partial+merge on a set of ~5 ms chunks:
     a steady-state outlier (and two more, so the worst-3 list is cut); a slow kernel in the start-up only
     (the first launch of k4, the last kernel new to the process, ends it: left out); none; kernels run
-    fewer than min_runs times (no median: n/a); a kernel 20x its median but under min_outlier_us."""
+    fewer than min_runs times (no median: n/a); a kernel 20x its median but under min_outlier_us;
+    Python stacks at some launches (the outliers name the line most of them came from)."""
     slow = {"outlier": {(20, 0): 2000, (25, 1): 900, (30, 1): 800, (33, 3): 700},
             "startup_only": {(0, 1): 2000},
             "none": {},
             "too_few_runs": {(5, 0): 2000},
-            "below_min_us": {(20, 2): 90}}[case]
+            "below_min_us": {(20, 2): 90},
+            "python_lines": {(20, 0): 2000, (25, 0): 1500, (30, 0): 900, (35, 1): 800}}[case]
+    stacks = {(20, 0): "A", (25, 0): "B", (30, 0): "A", (10, 0): "B"} if case == "python_lines" else None
     (status, want), got, index, _ = both_ways(tmp_path, training_log(steps=8 if case == "too_few_runs" else 40,
-                                                                      slow=slow))
+                                                                      slow=slow, stacks=stacks))
     assert "kernel_outliers" in index.get("partials", {}), index.get("partials")
     assert len(index["chunks"]) > 3
     assert got.note == FROM_INDEX  # no trace_processor for it
     assert (got.status, got.findings) == (status, want)
     expected = {"outlier": "warning", "startup_only": "ok", "none": "ok", "too_few_runs": "n/a",
-                "below_min_us": "ok"}[case]
+                "below_min_us": "ok", "python_lines": "warning"}[case]
     assert status == expected, want
     if case == "outlier":
         assert [f.evidence["max_us"] for f in want if f.severity == "info"] == [2000, 900, 800]
         assert {f.evidence["kernel"]: f.evidence["outliers"] for f in want if f.severity == "warning"} == \
             {"k0": 1, "k1": 2, "k3": 1}
+    if case == "python_lines":
+        k0 = next(f for f in want if f.severity == "warning" and f.evidence["kernel"] == "k0")
+        assert k0.evidence["python_line"] == "train.py:12 inner" and k0.evidence["python_share"] == 0.6667
+        assert [f.evidence.get("python_line") for f in want if f.severity == "info"] == \
+            ["train.py:12 inner", "data.py:7 load", "train.py:12 inner"]
 
 
 def test_split_and_unsplit_agree_with_chunk_sizes(tmp_path):
@@ -126,3 +166,12 @@ def test_no_partial_where_the_sql_would_pick_the_main_thread(tmp_path):
     _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}, unlinked_device=True))
     assert "kernel_outliers" not in index.get("partials", {})
     assert got.note == NOT_MERGED
+
+
+def test_every_kind_of_record(tmp_path):
+    """test_gpu_convert's log of every record kind: a graph launch (three kernels, one call), a launch
+    from a second thread, a call the cuda family did not probe, copies and a memset, a copy on GPU 1.
+    Too few runs for a median: n/a both ways, from the index."""
+    (status, want), got, index, _ = both_ways(tmp_path, full_log(), split="2ms")
+    assert "kernel_outliers" in index.get("partials", {})
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "n/a"
