@@ -3,8 +3,9 @@
     python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000]
 
 The synthetic 8-GPU node of bench/scale_8gpu.py (8 ranks, 10k launches/s each), converted into a
-trace set twice in this process: with the checks' partial collectors (as shipped) and without (the
-collectors replaced by none): the difference is what computing the partials adds to conversion.
+trace set twice, each in a child process (peak RSS from its VmHWM): with the checks' partial
+collectors (as shipped) and without (the collectors replaced by none): the difference is what
+computing the partials adds to conversion.
 Then `timeline check SET --only kernel_outliers` both ways, one worker: from the index, and
 through trace_processor (the same set with its index's partials taken out: how a set written before
 partials is checked). Events/s per core = the set's events / CPU seconds of the step (children
@@ -17,6 +18,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +32,6 @@ import scale_8gpu  # noqa: E402
 from timeline.checks import partials  # noqa: E402
 from timeline.checks.traceset import check_set  # noqa: E402
 from timeline.converters import convert  # noqa: E402
-from timeline.converters.trace_set import SplitSpec  # noqa: E402
 from timeline.identity import invoking_user  # noqa: E402
 from timeline.trace_processor import TraceProcessorConfig  # noqa: E402
 
@@ -48,6 +49,29 @@ def timed(fn):
     return out, time.perf_counter() - t, cpu() - c
 
 
+CONVERT = """
+import json, sys, time
+from timeline.checks import partials
+from timeline.converters import convert
+from timeline.converters.trace_set import SplitSpec
+if sys.argv[4] == "0":
+    partials.collectors = lambda: {}
+t, c = time.perf_counter(), time.process_time()
+res = convert(sys.argv[1], sys.argv[2], split=SplitSpec(events=int(sys.argv[3])))
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print(json.dumps({"s": time.perf_counter() - t, "cpu": time.process_time() - c, "hwm": hwm << 10,
+                  "out": res.out_path, "chunks": len(res.chunks), "events": sum(x["events"] for x in res.chunks)}))
+"""
+
+
+def converted(raw: str, out: str, chunk_events: int, partials: bool) -> dict:
+    """A conversion in a child process of its own (its peak RSS its own)."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..")}
+    run = subprocess.run([sys.executable, "-c", CONVERT, raw, out, str(chunk_events), "1" if partials else "0"],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=0.1)
@@ -63,27 +87,25 @@ def main() -> None:
         counts = scale_8gpu.build(raw, a.minutes)
         print(f"log: {a.minutes:g} min of 8 GPUs, {counts['records']:,} records ({counts['gpu']:,} GPU, "
               f"{counts['cuda']:,} CUDA calls), load {os.getloadavg()[0]:.1f}")
-        spec = SplitSpec(events=a.chunk_events)
-        shipped = partials.collectors
-        partials.collectors = lambda: {}
-        try:
-            res, s0, c0 = timed(lambda: convert(raw, os.path.join(d, "plain.pftrace"), split=spec))
-        finally:
-            partials.collectors = shipped
-        res, s1, c1 = timed(lambda: convert(raw, os.path.join(d, "with.pftrace"), split=spec))
-        events = sum(c["events"] for c in res.chunks)
-        print(f"convert without partials: {s0:.1f} s wall, {c0:.1f} s CPU; with: {s1:.1f} s wall, {c1:.1f} s CPU "
-              f"(+{c1 - c0:.1f} s CPU, {100 * (c1 - c0) / c0:+.1f}%); {len(res.chunks)} chunks, {events:,} events")
-        with open(os.path.join(res.out_path, "index.json")) as f:
+        plain = converted(raw, os.path.join(d, "plain.pftrace"), a.chunk_events, partials=False)
+        res = converted(raw, os.path.join(d, "with.pftrace"), a.chunk_events, partials=True)
+        events = res["events"]
+        dc = res["cpu"] - plain["cpu"]
+        print(f"convert without partials: {plain['s']:.1f} s wall, {plain['cpu']:.1f} s CPU, peak RSS "
+              f"{plain['hwm'] / 2**20:.0f} MiB; with: {res['s']:.1f} s wall, {res['cpu']:.1f} s CPU, peak RSS "
+              f"{res['hwm'] / 2**20:.0f} MiB (+{dc:.2f} s CPU, {100 * dc / plain['cpu']:+.1f}%; "
+              f"+{(res['hwm'] - plain['hwm']) / 2**20:.0f} MiB); {res['chunks']} chunks, {events:,} events")
+        with open(os.path.join(res["out"], "index.json")) as f:
             index = json.load(f)
         size = len(json.dumps(index.get(partials.PARTIALS, {}))) + sum(
             len(json.dumps(c.get(partials.PARTIALS, {}))) for c in index["chunks"])
-        print(f"index.json: {os.path.getsize(os.path.join(res.out_path, 'index.json')):,} bytes, of which partials "
+        index_bytes = os.path.getsize(os.path.join(res["out"], "index.json"))
+        print(f"index.json: {index_bytes:,} bytes, of which partials "
               f"~{size:,}; partial written: {CHECK in index.get(partials.PARTIALS, {})}")
         user, tpc = invoking_user(), TraceProcessorConfig(engine="wasm")
-        fast, s2, c2 = timed(lambda: check_set(res.out_path, tpc, user, [CHECK], workers=1))
+        fast, s2, c2 = timed(lambda: check_set(res["out"], tpc, user, [CHECK], workers=1))
         old = os.path.join(d, "old.tlset")
-        shutil.copytree(res.out_path, old)
+        shutil.copytree(res["out"], old)
         index.pop(partials.PARTIALS, None)
         for c in index["chunks"]:
             c.pop(partials.PARTIALS, None)
