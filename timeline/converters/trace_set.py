@@ -527,7 +527,7 @@ def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: i
                 files.append(os.fdopen(d.create(CHUNK_NAME.format(i + 1)), "wb", buffering=_WRITE_BUFFER))
             w = SplitWriter(files, m, starts)
             taps = partial_collectors(m)
-            w.sink.taps = list(taps.values())
+            w.sink.taps = list({id(t): t for t in taps.values()}.values())  # a shared collector is fed once
 
             def on_family(fam):
                 w.sink.family = None if fam is None else _family_name(fam)
@@ -561,15 +561,15 @@ def partial_collectors(m: LogModel) -> dict:
 def add_partials(doc: dict, taps: dict, starts: np.ndarray) -> None:
     """Each check's partial into the index: the set's part at the top, each chunk's beside it.
     A collector that declines (None) adds nothing: that check runs through trace_processor."""
-    from ..checks.partials import PARTIALS
+    from ..checks import partials
 
     for cid, tap in taps.items():
-        part = tap.finish(starts)
+        part = partials.module(cid).part(tap, starts)
         if part is None:
             continue
-        doc.setdefault(PARTIALS, {})[cid] = part["set"]
+        doc.setdefault(partials.PARTIALS, {})[cid] = part["set"]
         for chunk, p in zip(doc["chunks"], part["chunks"]):
-            chunk.setdefault(PARTIALS, {})[cid] = p
+            chunk.setdefault(partials.PARTIALS, {})[cid] = p
 
 
 def _family_name(fam) -> str:

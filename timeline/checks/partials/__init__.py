@@ -2,11 +2,14 @@
 stored in a trace set's index, merged by `timeline check SET` without trace_processor.
 
 A module here named after a check id (kernel_outliers.py) defines:
-  Collector()                  fed every slice batch the converter writes (`slices`), then
-  Collector.finish(starts)     -> {"set": ..., "chunks": [one dict per chunk]} or None (no partial:
+  Collector                    a class, fed every slice batch the converter writes (`slices`,
+                               `group_slices`); checks naming the same class share one instance
+                               (what they read is held once);
+  part(collector, starts)      -> {"set": ..., "chunks": [one dict per chunk]} or None (no partial:
                                   the check runs through trace_processor, as without this module);
   merge(set_part, chunk_parts, params) -> the check's rows (dicts, the SQL's columns), or None when
                                   the partial does not apply (other parameters than it was made with).
+Modules whose name starts with "_" are shared code, not checks.
 The check's SQL stays its definition: each module's test asserts partial+merge gives the SQL's findings.
 """
 from __future__ import annotations
@@ -29,5 +32,12 @@ def module(check_id: str):
 
 
 def collectors() -> dict:
-    """check id -> a fresh Collector, for every check with a partial."""
-    return {cid: module(cid).Collector() for cid in check_ids()}
+    """check id -> its Collector, fresh, one instance per Collector class, for every check with a partial."""
+    made: dict = {}
+    out = {}
+    for cid in check_ids():
+        cls = module(cid).Collector
+        if cls not in made:
+            made[cls] = cls()
+        out[cid] = made[cls]
+    return out
