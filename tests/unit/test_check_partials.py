@@ -6,6 +6,7 @@ ways through the real converter; the SQL through the wasm trace_processor."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -49,17 +50,20 @@ class StackedGpuLog(GpuLog):
         return b
 
 
-def training_log(steps=40, slow=(), unlinked_device=False, stacks=None) -> GpuLog:
+def training_log(steps=40, slow=(), unlinked_device=False, stacks=None, warmup_us=0) -> GpuLog:
     """A process launching kernels k0..k4 (each its own function pointer, so each its own kernel
     to the start-up rule) 20 us each, steps of 5 launches; `slow`: {(step, i): kernel us}.
     unlinked_device: kernels on GPU 1 that no launch call's flow reaches; stacks: {(step, i): "A" or "B"},
-    the Python stack taken at that launch."""
+    the Python stack taken at that launch; warmup_us: a pause before k4's first launch (the end of
+    the start-up)."""
     g = StackedGpuLog()
     names = [g.string(i + 1, f"k{i}") for i in range(5)]
     t, free = 2000.0, 0.0
     for step in range(steps):
         t += 300
         for i in range(5):
+            if step == 0 and i == 4:
+                t += warmup_us
             dur = slow.get((step, i), 20)
             begin = max(t + 3, free)
             g.corr += 1
@@ -76,18 +80,18 @@ def training_log(steps=40, slow=(), unlinked_device=False, stacks=None) -> GpuLo
     return g
 
 
-def sql_findings(path):
+def sql_findings(path, check=CHECK):
     with open_trace(path, engine="wasm") as tp:
-        r = next(x for x in run_checks(tp, path, only=[CHECK]).results)
+        r = next(x for x in run_checks(tp, path, only=[check]).results)
     return r.status, r.findings
 
 
-def set_result(path):
-    return check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1).results[0]
+def set_result(path, check=CHECK):
+    return check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[check], workers=1).results[0]
 
 
-def both_ways(tmp_path, g: GpuLog, split="5ms"):
-    """(SQL status and findings on the single trace, the set's CheckResult, the set's index)."""
+def converted(tmp_path, g: GpuLog, split="5ms"):
+    """(the log converted as one trace, as a set split every `split`, the set's index)."""
     raw = g.write(tmp_path / "run.tlraw", block=200)
     one = str(tmp_path / "one.pftrace")
     convert(raw, one)
@@ -95,7 +99,13 @@ def both_ways(tmp_path, g: GpuLog, split="5ms"):
     res = convert(raw, str(tmp_path / "set.pftrace"), split=spec)
     with open(f"{res.out_path}/index.json") as f:
         index = json.load(f)
-    return sql_findings(one), set_result(res.out_path), index, res.out_path
+    return one, res.out_path, index
+
+
+def both_ways(tmp_path, g: GpuLog, split="5ms", check=CHECK):
+    """(SQL status and findings on the single trace, the set's CheckResult, the set's index, its path)."""
+    one, path, index = converted(tmp_path, g, split)
+    return sql_findings(one, check), set_result(path, check), index, path
 
 
 @pytest.mark.parametrize("case", ["outlier", "startup_only", "none", "too_few_runs", "below_min_us",
@@ -175,3 +185,26 @@ def test_every_kind_of_record(tmp_path):
     (status, want), got, index, _ = both_ways(tmp_path, full_log(), split="2ms")
     assert "kernel_outliers" in index.get("partials", {})
     assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "n/a"
+
+
+@pytest.mark.parametrize("host_bound", [True, False])
+def test_gpu_queue_delay_partial_gives_the_sql_findings(tmp_path, host_bound):
+    """test_gpu_convert's scenarios (NCCL kernels from NCCL calls, a synchronize between steps): a
+    host-bound run (kernels start 3 us after their launch, the GPU idle half the time: warning) and a
+    GPU-bound one (a queue in front of the GPU: ok), SQL on one trace vs the set's index; and the
+    training log above, whose first steps are start-up."""
+    from test_gpu_convert import check_log
+    training = training_log(slow={(0, 0): 10_000, (20, 0): 2000}, warmup_us=20_000)  # 10 ms busy in start-up
+    for name, g in (("scenario", check_log(host_bound)), ("training", training)):
+        d = tmp_path / name
+        d.mkdir()
+        one, path, index = converted(d, g, "3ms")
+        assert "gpu_queue_delay" in index.get("partials", {})
+        status, want = sql_findings(one, "gpu_queue_delay")
+        got = set_result(path, "gpu_queue_delay")
+        assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+        if name == "scenario":
+            assert status == ("warning" if host_bound else "ok"), want
+        else:  # the start-up's 10 ms of GPU work is not counted busy (it would make the GPU ~5% idle)
+            idle = int(re.search(r"the GPU was idle (\d+)%", want[0].message).group(1))
+            assert status == "warning" and 50 < idle < 80, want
