@@ -208,3 +208,22 @@ def test_gpu_queue_delay_partial_gives_the_sql_findings(tmp_path, host_bound):
         else:  # the start-up's 10 ms of GPU work is not counted busy (it would make the GPU ~5% idle)
             idle = int(re.search(r"the GPU was idle (\d+)%", want[0].message).group(1))
             assert status == "warning" and 50 < idle < 80, want
+
+
+def test_a_single_slice_is_read_as_a_batch_of_one():
+    """The sink's per-event `slice` reaches the collector as `slices` would with one row; slices of
+    other categories without flows are not held."""
+    import numpy as np
+    from timeline.checks.partials._gpu import GpuColumns
+    from timeline.converters.interface import Column
+
+    one, batch = GpuColumns(), GpuColumns()
+    one.slice(100, 10, 5, 5, "ioctl", "ioctl", {"cmd": 1})
+    one.slice(200, 10, 5, 5, "cudaLaunchKernel", "cuda", {"kernel": "k0"}, flow_out=[7, 8])
+    batch.slices(np.array([200]), np.array([10]), np.array([5]), np.array([5]), "cudaLaunchKernel", "cuda",
+                 [Column("kernel", "str", np.zeros(1, np.int64), ["k0"])], flow_out=np.array([[7, 8]], np.uint64))
+    for a, b in ((one.launch, batch.launch), (one.src, batch.src)):
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b):
+            assert all(np.array_equal(u, v) for u, v in zip(x, y))
+    assert one.rows == batch.rows == 3  # one launch, two flow sources: the ioctl slice is not held

@@ -244,11 +244,7 @@ class SplitSink(TrackSink):
     # -- TrackSink
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
         for tap in self.taps:
-            tap.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat,
-                       [Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items()
-                        if v is not None],
-                       None if flow_out is None else [flow_ids_row(flow_out)],
-                       None if flow_in is None else [flow_ids_row(flow_in)])
+            tap.slice(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         end = ts + max(dur, 0)
         k0 = int(self.chunk_of(ts))
         k1 = max(k0, int(self.chunk_of(max(end - 1, ts))))

@@ -21,7 +21,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
-from ...converters.interface import Column
+from ...converters.interface import Column, flow_ids
 
 GPU_CATS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
 CUDA_CATS = ("cuda", "cuda_driver", "nccl")
@@ -99,6 +99,17 @@ class GpuColumns:
                         np.int64)[inv.reshape(-1)]
 
     # -- what the converter writes
+    def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
+        """One thread slice (the sink's `slice`: the per-event families, none of them CUDA's)."""
+        out, into = flow_ids(flow_out), flow_ids(flow_in)
+        if cat not in CUDA_CATS and not out:
+            return
+        cols = [Column(k, "str", np.zeros(1, np.int64), [f"{v:#x}" if k in ("func", "function") and
+                                                          isinstance(v, int) else str(v)])
+                for k, v in (args or {}).items() if v is not None]
+        self.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat, cols,
+                    np.array([out], np.uint64) if out else None, np.array([into], np.uint64) if into else None)
+
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         """A batch of thread slices (the sink's `slices`)."""
         ts = np.asarray(ts, np.int64).reshape(-1)
