@@ -7,7 +7,7 @@ gpu_queue_delay. What is read from the converter's slice batches:
 - the kernel launches (their process, ts and kernel): each process' start-up (tl_startup).
 
 A device's steady state starts after the start-up of the process that owns it, known only once the
-whole recording is read: so the columns are held until the end of the conversion (16 to 37 bytes a
+whole recording is read: so the columns are held until the end of the conversion (16 to 33 bytes a
 row, MAX_ROWS rows at most) and worked out once, over every chunk.
 
 Where the SQL's answer hangs on something this does not model, there is no partial and the checks
@@ -27,7 +27,7 @@ GPU_CATS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
 CUDA_CATS = ("cuda", "cuda_driver", "nccl")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
             "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
-MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 37 bytes each: ~0.6 GB at most)
+MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
 
 
 class _Strings:
