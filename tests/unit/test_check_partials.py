@@ -227,3 +227,13 @@ def test_a_single_slice_is_read_as_a_batch_of_one():
         for x, y in zip(a, b):
             assert all(np.array_equal(u, v) for u, v in zip(x, y))
     assert one.rows == batch.rows == 3  # one launch, two flow sources: the ioctl slice is not held
+
+
+def test_a_partial_too_big_for_the_index_is_left_out(tmp_path, monkeypatch):
+    """Past MAX_BYTES of JSON a check's partial is not written (index.json is read up to 16 MiB): the
+    SQL runs."""
+    from timeline.checks import partials
+    monkeypatch.setattr(partials, "MAX_BYTES", 100)
+    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}))
+    assert "partials" not in index and not any("partials" in c for c in index["chunks"])
+    assert got.note == NOT_MERGED

@@ -561,8 +561,8 @@ def add_partials(doc: dict, taps: dict, starts: np.ndarray) -> None:
 
     for cid, tap in taps.items():
         part = partials.module(cid).part(tap, starts)
-        if part is None:
-            continue
+        if part is None or len(json.dumps(part)) > partials.MAX_BYTES:
+            continue  # (long kernel names by the thousand: the index must stay readable, MAX_INDEX_BYTES)
         doc.setdefault(partials.PARTIALS, {})[cid] = part["set"]
         for chunk, p in zip(doc["chunks"], part["chunks"]):
             chunk.setdefault(partials.PARTIALS, {})[cid] = p

@@ -18,6 +18,7 @@ import importlib
 import pkgutil
 
 PARTIALS = "partials"  # the index key: top level (per set) and in each chunk
+MAX_BYTES = 2 << 20    # a check's parts in the index, all chunks': beyond, none (the index is read up to 16 MiB)
 
 
 def check_ids() -> list[str]:
