@@ -248,18 +248,20 @@ class GpuColumns:
 
 def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
     """Per GPU row, the row of the call its flow comes from (-1: none); None when a flow id has two
-    sources or two ends (trace_processor would chain them). Ids usually come sorted: checked in O(n)."""
-    linked = g_flow[g_flow != 0]
-    for ids in (s_id, linked):
-        if ids.size > 1 and not (ids[1:] > ids[:-1]).all():
-            sorted_ids = np.sort(ids)
-            if (sorted_ids[1:] == sorted_ids[:-1]).any():
-                return None
+    sources or two ends (trace_processor would chain them). One sort of each (none if already sorted)."""
+    def ordered(ids):
+        """(ids sorted, the order that sorts them), or None when an id repeats."""
+        order = np.arange(ids.size) if ids.size < 2 or (ids[1:] > ids[:-1]).all() else np.argsort(ids)
+        srt = ids[order]
+        return None if (srt[1:] == srt[:-1]).any() else (srt, order)
+    src, ends = ordered(s_id), ordered(g_flow[g_flow != 0])
+    if src is None or ends is None:
+        return None
     if not s_id.size:
         return np.full(g_flow.size, -1, np.int64)
-    order = np.arange(s_id.size) if (s_id[1:] > s_id[:-1]).all() else np.argsort(s_id)
-    at = np.minimum(np.searchsorted(s_id[order], g_flow), s_id.size - 1)
-    return np.where((g_flow != 0) & (s_id[order][at] == g_flow), order[at], -1)
+    srt, order = src
+    at = np.minimum(np.searchsorted(srt, g_flow), s_id.size - 1)
+    return np.where((g_flow != 0) & (srt[at] == g_flow), order[at], -1)
 
 
 def _py_line(stack: str):
