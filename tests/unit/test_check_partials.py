@@ -154,13 +154,18 @@ def test_split_and_unsplit_agree_with_chunk_sizes(tmp_path):
 
 
 def test_other_parameters_and_old_sets_run_the_sql(tmp_path):
-    """A set written before partials (no key in its index) and a run with other parameters go through
-    trace_processor, per chunk, as before."""
-    (_, want), got, index, path = both_ways(tmp_path, training_log(slow={(20, 0): 2000}))
+    """A set written before partials (no key in its index), a run with other parameters and an index
+    whose partial is not as written go through trace_processor, per chunk, as before."""
+    (_, want), got, index, path = both_ways(tmp_path, training_log(slow={(20, 0): 2000}), "200ms")
     assert got.note == FROM_INDEX
     other = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1,
                       params={CHECK: {"outlier_factor": 4}}).results[0]
     assert other.note == NOT_MERGED
+    broken = json.loads(json.dumps(index))
+    broken["partials"][CHECK]["stats"] = {"k0": "not four numbers"}  # an index not as written
+    with open(f"{path}/index.json", "w") as f:
+        json.dump(broken, f)
+    assert set_result(path).note == NOT_MERGED
     index.pop("partials")
     for c in index["chunks"]:
         c.pop("partials", None)
@@ -173,7 +178,7 @@ def test_other_parameters_and_old_sets_run_the_sql(tmp_path):
 def test_no_partial_where_the_sql_would_pick_the_main_thread(tmp_path):
     """GPU 1's kernels are reached by no flow: its owner is the prelude's main thread, which the
     partial does not model, so the converter writes none and the SQL decides."""
-    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}, unlinked_device=True))
+    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}, unlinked_device=True), "200ms")
     assert "kernel_outliers" not in index.get("partials", {})
     assert got.note == NOT_MERGED
 
@@ -234,6 +239,6 @@ def test_a_partial_too_big_for_the_index_is_left_out(tmp_path, monkeypatch):
     SQL runs."""
     from timeline.checks import partials
     monkeypatch.setattr(partials, "MAX_BYTES", 100)
-    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}))
+    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}), "200ms")
     assert "partials" not in index and not any("partials" in c for c in index["chunks"])
     assert got.note == NOT_MERGED
