@@ -104,9 +104,7 @@ class GpuColumns:
         out, into = flow_ids(flow_out), flow_ids(flow_in)
         if cat not in CUDA_CATS and not out:
             return
-        cols = [Column(k, "str", np.zeros(1, np.int64), [f"{v:#x}" if k in ("func", "function") and
-                                                          isinstance(v, int) else str(v)])
-                for k, v in (args or {}).items() if v is not None]
+        cols = [Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None]
         self.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat, cols,
                     np.array([out], np.uint64) if out else None, np.array([into], np.uint64) if into else None)
 
