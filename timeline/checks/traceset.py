@@ -39,6 +39,11 @@ def is_trace_set(path: str) -> bool:
 def read_index(path: str, user=None) -> list[dict]:
     """The chunks of the set at `path`, in time order, each with "path" added;
     a UserError (one line) when the index is not one."""
+    return read_index_doc(path, user)[1]
+
+
+def read_index_doc(path: str, user=None) -> tuple[dict, list[dict]]:
+    """(the index document, its chunks as read_index gives them)."""
     where = printable(os.path.join(path, INDEX))
     try:
         if user is None:
@@ -62,7 +67,7 @@ def read_index(path: str, user=None) -> list[dict]:
         if not all(isinstance(c.get(k), int) for k in ("start_ns", "end_ns")):
             raise UserError(f"{where}: chunk {i + 1} lacks start_ns / end_ns")
         out.append({**c, "path": os.path.join(path, name)})
-    return sorted(out, key=lambda c: c["start_ns"])
+    return doc, sorted(out, key=lambda c: c["start_ns"])
 
 
 # -- the SQL, split -------------------------------------------------------------
@@ -175,10 +180,57 @@ def check_set(path: str, tp_config, user, ids=None, params=None, workers: Option
     runner.Report; the chunks run on `executor` (executors.Executor: the
     local pool by default, or a Ray cluster)."""
     from .executors import LOCAL, run_jobs
+    from .runner import select_checks
 
-    chunks = read_index(path, user)
-    jobs = [(c, i, tp_config, ids, params) for i, c in enumerate(chunks)]
-    return merge(path, chunks, run_jobs(check_chunk, jobs, workers, executor or LOCAL), ids, params)
+    doc, chunks = read_index_doc(path, user)
+    wanted = [c.id for c in select_checks(ids)]
+    ready = from_partials(doc, chunks, wanted, params)
+    rest = [cid for cid in wanted if cid not in ready]
+    outs = []
+    if rest:
+        jobs = [(c, i, tp_config, rest, params) for i, c in enumerate(chunks)]
+        outs = run_jobs(check_chunk, jobs, workers, executor or LOCAL)
+    report = merge(path, chunks, outs, rest, params)
+    if not rest:  # every check came from the index: the set's bounds from it too
+        report.start_ts, report.end_ts = chunks[0]["start_ns"], max(c["end_ns"] for c in chunks)
+    order = {cid: i for i, cid in enumerate(wanted)}
+    report.results = sorted(report.results + list(ready.values()), key=lambda r: order[r.check.id])
+    return report
+
+
+def from_partials(doc: dict, chunks: list[dict], wanted: list[str], params=None) -> dict:
+    """check id -> its CheckResult from the partials the converter wrote into the index
+    (timeline.checks.partials), for each wanted check that has one that applies; the others
+    run through trace_processor (a set written before partials, other parameters)."""
+    from . import partials
+    from .catalog import BY_ID
+    from .runner import STATUS_ORDER, CheckResult, _status, _to_finding
+
+    stored = doc.get(partials.PARTIALS)
+    out = {}
+    if not isinstance(stored, dict):
+        return out
+    for cid in wanted:
+        mod = partials.module(cid)
+        if mod is None or cid not in stored:
+            continue
+        check = BY_ID[cid]
+        p = {**check.defaults(), **(params or {}).get(cid, {})}
+        per_chunk = [(c.get(partials.PARTIALS) or {}).get(cid) if isinstance(c.get(partials.PARTIALS), dict)
+                     else None for c in chunks]
+        try:
+            rows = mod.merge(stored[cid], per_chunk, p)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            rows = None  # an index not as written: the SQL decides
+        if rows is None:
+            continue
+        found = [_to_finding(r) for r in rows]
+        found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+        out[cid] = CheckResult(check, _status(found), found, p, note=FROM_INDEX)
+    return out
+
+
+FROM_INDEX = "from the partial the converter wrote into the set's index (no trace_processor)"
 
 
 def _span(chunk: dict, t0: int) -> str:
@@ -212,7 +264,7 @@ def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None
     ends = [o["end"] for o in good if o["end"] is not None]
     t0 = chunks[0]["start_ns"] if chunks else 0  # offsets from the set's start
     results = []
-    for check in select_checks(ids):
+    for check in (select_checks(ids) if ids is None or ids else []):
         p = {**check.defaults(), **(params or {}).get(check.id, {})}
         parts = [o["partials"][check.id] for o in good if check.id in o.get("partials", {})]
         if parts:

@@ -188,6 +188,7 @@ class SplitSink(TrackSink):
         self._last: dict[tuple, tuple] = {}  # counter -> (chunk, value, write(k, ts, values), pid)
         self._lifetime = lifetime or (lambda kind, ident: (None, None))
         self.flows = FlowEnds()
+        self.taps: list = []  # checks' partial collectors (timeline.checks.partials): see every slice batch
 
     # -- routing
     def chunk_of(self, ts) -> np.ndarray:
@@ -242,6 +243,8 @@ class SplitSink(TrackSink):
 
     # -- TrackSink
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
+        for tap in self.taps:
+            tap.slice(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         end = ts + max(dur, 0)
         k0 = int(self.chunk_of(ts))
         k1 = max(k0, int(self.chunk_of(max(end - 1, ts))))
@@ -279,6 +282,8 @@ class SplitSink(TrackSink):
             return
         tid = np.asarray(tid)
         pid = None if pid is None else np.asarray(pid)
+        for tap in self.taps:
+            tap.slices(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         if flow_out is not None or flow_in is not None:
             k0 = self.chunk_of(ts)
             self.flows.add(flow_out, OUT, k0, tid, pid)
@@ -294,6 +299,8 @@ class SplitSink(TrackSink):
     def group_slices(self, group, track, ts, dur, name, cat, args=(), flow_out=None, flow_in=None, lane=0):
         if len(ts) == 0:
             return
+        for tap in self.taps:
+            tap.group_slices(ts, dur, name, cat, args, flow_out, flow_in)
         if flow_out is not None or flow_in is not None:
             k0, where = self.chunk_of(ts), self.flows.group_track(group, track, lane)
             self.flows.add(flow_out, OUT, k0, track=where)
@@ -515,6 +522,8 @@ def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: i
             for i in range(n):
                 files.append(os.fdopen(d.create(CHUNK_NAME.format(i + 1)), "wb", buffering=_WRITE_BUFFER))
             w = SplitWriter(files, m, starts)
+            taps = partial_collectors(m)
+            w.sink.taps = list({id(t): t for t in taps.values()}.values())  # a shared collector is fed once
 
             def on_family(fam):
                 w.sink.family = None if fam is None else _family_name(fam)
@@ -527,11 +536,36 @@ def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: i
                     f.close()
         sizes = [cw.out_bytes for cw in w.writers]
         chunks = index_chunks(m, w, sizes)
-        body = json.dumps({"format": FORMAT, "version": VERSION, "source": source, "chunks": chunks},
-                          indent=1).encode()
+        doc = {"format": FORMAT, "version": VERSION, "source": source, "chunks": chunks}
+        add_partials(doc, taps, starts)
+        body = json.dumps(doc, indent=1).encode()
         with os.fdopen(d.create(INDEX), "wb") as f:
             f.write(body)
     return events, chunks, sum(sizes) + len(body)
+
+
+def partial_collectors(m: LogModel) -> dict:
+    """check id -> the collector of its partial (timeline.checks.partials), fed pass 2's slices."""
+    from ..checks import partials
+
+    out = partials.collectors()
+    for c in out.values():
+        c.pid_of = m.thread_tgid
+    return out
+
+
+def add_partials(doc: dict, taps: dict, starts: np.ndarray) -> None:
+    """Each check's partial into the index: the set's part at the top, each chunk's beside it.
+    A collector that declines (None) adds nothing: that check runs through trace_processor."""
+    from ..checks import partials
+
+    for cid, tap in taps.items():
+        part = partials.module(cid).part(tap, starts)
+        if part is None or len(json.dumps(part)) > partials.MAX_BYTES:
+            continue  # (long kernel names by the thousand: the index must stay readable, MAX_INDEX_BYTES)
+        doc.setdefault(partials.PARTIALS, {})[cid] = part["set"]
+        for chunk, p in zip(doc["chunks"], part["chunks"]):
+            chunk.setdefault(partials.PARTIALS, {})[cid] = p
 
 
 def _family_name(fam) -> str:

@@ -1,0 +1,244 @@
+"""Checks computed at conversion (timeline/checks/partials): kernel_outliers' partial, written into a
+trace set's index by the converter and merged by `timeline check SET` without trace_processor, gives
+the findings its SQL gives on the same recording converted as one trace.  Synthetic raw logs with
+the cuda family's launch calls and the gpu family's kernels (test_gpu_convert.GpuLog), converted both
+ways through the real converter; the SQL through the wasm trace_processor."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from test_gpu_convert import GpuLog, full_log, us
+from test_pystack_convert import FRAMES, py_events
+from timeline.cuda.probes import BY_NAME
+from timeline.pystack import probes
+from timeline.pystack import records as PY
+from timeline import events as ev
+from timeline.checks import run_checks
+from timeline.checks.traceset import FROM_INDEX, NOT_MERGED, check_set
+from timeline.converters import convert
+from timeline.converters.trace_set import SplitSpec
+from timeline.gpu import records as R
+from timeline.identity import invoking_user
+from timeline.trace_processor import TraceProcessorConfig, open_trace
+
+CHECK = "kernel_outliers"
+STACKS = {"A": (0xA, [0, 1, 2, 3]), "B": (0xB, [4, 2, 3])}  # train.py:12 inner ..., data.py:7 load ...
+
+
+class StackedGpuLog(GpuLog):
+    """GpuLog plus the pystack family's stacks taken at some launches (`stacked`: launch ts -> stack)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stacked: dict[int, str] = {}
+
+    def builder(self):
+        b = super().builder()
+        if self.stacked:
+            b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
+            b.blocks.append(("meta", {"type": "py_stacks", "ts": us(1), "frames": FRAMES,
+                                      "stacks": [[1000, f"{sid:x}", 0, idx] for sid, idx in STACKS.values()]}))
+            rows = [(PY.PY_CALL, ts + 300, 800, STACKS[k][0], 1000, BY_NAME["cudaLaunchKernel"].id)
+                    for ts, k in sorted(self.stacked.items())]
+            recs = py_events(rows)
+            b.header["rings"][str(PY.RING_PYSTACK)] = {"name": "pystack", "record_size": PY.PY_EVENT.itemsize,
+                                                       "stride": ev.ring_stride(PY.PY_EVENT)}
+            b.blocks.append(("ring", (PY.RING_PYSTACK, ev.encode_ring_bytes(recs))))
+        return b
+
+
+def training_log(steps=40, slow=(), unlinked_device=False, stacks=None, warmup_us=0) -> GpuLog:
+    """A process launching kernels k0..k4 (each its own function pointer, so each its own kernel
+    to the start-up rule) 20 us each, steps of 5 launches; `slow`: {(step, i): kernel us}.
+    unlinked_device: kernels on GPU 1 that no launch call's flow reaches; stacks: {(step, i): "A" or "B"},
+    the Python stack taken at that launch; warmup_us: a pause before k4's first launch (the end of
+    the start-up)."""
+    g = StackedGpuLog()
+    names = [g.string(i + 1, f"k{i}") for i in range(5)]
+    t, free = 2000.0, 0.0
+    for step in range(steps):
+        t += 300
+        for i in range(5):
+            if step == 0 and i == 4:
+                t += warmup_us
+            dur = slow.get((step, i), 20)
+            begin = max(t + 3, free)
+            g.corr += 1
+            g.call("cudaLaunchKernel", us(t), 5000, args=(0x1000 + 16 * i,))
+            if (step, i) in (stacks or {}):
+                g.stacked[us(t)] = stacks[step, i]
+            g.rec(R.API, us(t) + 200, us(t) + 4800, tid=1000, correlation=g.corr, domain=211)
+            g.rec(R.KERNEL, us(begin), us(begin + dur), correlation=g.corr, device=0, stream=7, name=names[i],
+                  grid=(1, 1, 1), block=(32, 1, 1))
+            free = begin + dur
+            t += 25
+        if unlinked_device:
+            g.rec(R.KERNEL, us(t), us(t + 10), correlation=10_000 + step, device=1, stream=3, name=names[0])
+    return g
+
+
+def sql_findings(path, check=CHECK):
+    with open_trace(path, engine="wasm") as tp:
+        r = next(x for x in run_checks(tp, path, only=[check]).results)
+    return r.status, r.findings
+
+
+def set_result(path, check=CHECK):
+    return check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[check], workers=1).results[0]
+
+
+def converted(tmp_path, g: GpuLog, split="5ms"):
+    """(the log converted as one trace, as a set split every `split`, the set's index)."""
+    raw = g.write(tmp_path / "run.tlraw", block=200)
+    one = str(tmp_path / "one.pftrace")
+    convert(raw, one)
+    spec = SplitSpec(duration_ns=int(float(split[:-2]) * 1e6))
+    res = convert(raw, str(tmp_path / "set.pftrace"), split=spec)
+    with open(f"{res.out_path}/index.json") as f:
+        index = json.load(f)
+    return one, res.out_path, index
+
+
+def both_ways(tmp_path, g: GpuLog, split="5ms", check=CHECK):
+    """(SQL status and findings on the single trace, the set's CheckResult, the set's index, its path)."""
+    one, path, index = converted(tmp_path, g, split)
+    return sql_findings(one, check), set_result(path, check), index, path
+
+
+@pytest.mark.parametrize("case", ["outlier", "startup_only", "none", "too_few_runs", "below_min_us",
+                                  "python_lines"])
+def test_partial_gives_the_sql_findings(tmp_path, case):
+    """Each of the check's edge conditions, SQL on one trace vs partial+merge on a set of ~5 ms chunks:
+    a steady-state outlier (and two more, so the worst-3 list is cut); a slow kernel in the start-up only
+    (the first launch of k4, the last kernel new to the process, ends it: left out); none; kernels run
+    fewer than min_runs times (no median: n/a); a kernel 20x its median but under min_outlier_us;
+    Python stacks at some launches (the outliers name the line most of them came from)."""
+    slow = {"outlier": {(20, 0): 2000, (25, 1): 900, (30, 1): 800, (33, 3): 700},
+            "startup_only": {(0, 1): 2000},
+            "none": {},
+            "too_few_runs": {(5, 0): 2000},
+            "below_min_us": {(20, 2): 90},
+            "python_lines": {(20, 0): 2000, (25, 0): 1500, (30, 0): 900, (35, 1): 800}}[case]
+    stacks = {(20, 0): "A", (25, 0): "B", (30, 0): "A", (10, 0): "B"} if case == "python_lines" else None
+    (status, want), got, index, _ = both_ways(tmp_path, training_log(steps=8 if case == "too_few_runs" else 40,
+                                                                      slow=slow, stacks=stacks))
+    assert "kernel_outliers" in index.get("partials", {}), index.get("partials")
+    assert len(index["chunks"]) > 3
+    assert got.note == FROM_INDEX  # no trace_processor for it
+    assert (got.status, got.findings) == (status, want)
+    expected = {"outlier": "warning", "startup_only": "ok", "none": "ok", "too_few_runs": "n/a",
+                "below_min_us": "ok", "python_lines": "warning"}[case]
+    assert status == expected, want
+    if case == "outlier":
+        assert [f.evidence["max_us"] for f in want if f.severity == "info"] == [2000, 900, 800]
+        assert {f.evidence["kernel"]: f.evidence["outliers"] for f in want if f.severity == "warning"} == \
+            {"k0": 1, "k1": 2, "k3": 1}
+    if case == "python_lines":
+        k0 = next(f for f in want if f.severity == "warning" and f.evidence["kernel"] == "k0")
+        assert k0.evidence["python_line"] == "train.py:12 inner" and k0.evidence["python_share"] == 0.6667
+        assert [f.evidence.get("python_line") for f in want if f.severity == "info"] == \
+            ["train.py:12 inner", "data.py:7 load", "train.py:12 inner"]
+
+
+def test_split_and_unsplit_agree_with_chunk_sizes(tmp_path):
+    """One chunk or dozens: the same findings as the single trace's SQL."""
+    g = training_log(slow={(12, 2): 1500, (37, 4): 600})
+    for split in ("2000ms", "3ms"):
+        d = tmp_path / split
+        d.mkdir()
+        (status, want), got, index, _ = both_ways(d, g, split)
+        assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "warning"
+
+
+def test_other_parameters_and_old_sets_run_the_sql(tmp_path):
+    """A set written before partials (no key in its index), a run with other parameters and an index
+    whose partial is not as written go through trace_processor, per chunk, as before."""
+    (_, want), got, index, path = both_ways(tmp_path, training_log(slow={(20, 0): 2000}), "200ms")
+    assert got.note == FROM_INDEX
+    other = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1,
+                      params={CHECK: {"outlier_factor": 4}}).results[0]
+    assert other.note == NOT_MERGED
+    broken = json.loads(json.dumps(index))
+    broken["partials"][CHECK]["stats"] = {"k0": "not four numbers"}  # an index not as written
+    with open(f"{path}/index.json", "w") as f:
+        json.dump(broken, f)
+    assert set_result(path).note == NOT_MERGED
+    index.pop("partials")
+    for c in index["chunks"]:
+        c.pop("partials", None)
+    with open(f"{path}/index.json", "w") as f:
+        json.dump(index, f)
+    old = set_result(path)
+    assert old.note == NOT_MERGED and old.status in ("warning", "ok", "n/a")
+
+
+def test_no_partial_where_the_sql_would_pick_the_main_thread(tmp_path):
+    """GPU 1's kernels are reached by no flow: its owner is the prelude's main thread, which the
+    partial does not model, so the converter writes none and the SQL decides."""
+    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}, unlinked_device=True), "200ms")
+    assert "kernel_outliers" not in index.get("partials", {})
+    assert got.note == NOT_MERGED
+
+
+def test_every_kind_of_record(tmp_path):
+    """test_gpu_convert's log of every record kind: a graph launch (three kernels, one call), a launch
+    from a second thread, a call the cuda family did not probe, copies and a memset, a copy on GPU 1.
+    Too few runs for a median: n/a both ways, from the index."""
+    (status, want), got, index, _ = both_ways(tmp_path, full_log(), split="2ms")
+    assert "kernel_outliers" in index.get("partials", {})
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "n/a"
+
+
+@pytest.mark.parametrize("host_bound", [True, False])
+def test_gpu_queue_delay_partial_gives_the_sql_findings(tmp_path, host_bound):
+    """test_gpu_convert's scenarios (NCCL kernels from NCCL calls, a synchronize between steps): a
+    host-bound run (kernels start 3 us after their launch, the GPU idle half the time: warning) and a
+    GPU-bound one (a queue in front of the GPU: ok), SQL on one trace vs the set's index; and the
+    training log above, whose first steps are start-up."""
+    from test_gpu_convert import check_log
+    training = training_log(slow={(0, 0): 10_000, (20, 0): 2000}, warmup_us=20_000)  # 10 ms busy in start-up
+    for name, g in (("scenario", check_log(host_bound)), ("training", training)):
+        d = tmp_path / name
+        d.mkdir()
+        one, path, index = converted(d, g, "3ms")
+        assert "gpu_queue_delay" in index.get("partials", {})
+        status, want = sql_findings(one, "gpu_queue_delay")
+        got = set_result(path, "gpu_queue_delay")
+        assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+        if name == "scenario":
+            assert status == ("warning" if host_bound else "ok"), want
+        else:  # the start-up's 10 ms of GPU work is not counted busy (it would make the GPU ~5% idle)
+            idle = int(re.search(r"the GPU was idle (\d+)%", want[0].message).group(1))
+            assert status == "warning" and 50 < idle < 80, want
+
+
+def test_a_single_slice_is_read_as_a_batch_of_one():
+    """The sink's per-event `slice` reaches the collector as `slices` would with one row; slices of
+    other categories without flows are not held."""
+    import numpy as np
+    from timeline.checks.partials._gpu import GpuColumns
+    from timeline.converters.interface import Column
+
+    one, batch = GpuColumns(), GpuColumns()
+    one.slice(100, 10, 5, 5, "ioctl", "ioctl", {"cmd": 1})
+    one.slice(200, 10, 5, 5, "cudaLaunchKernel", "cuda", {"kernel": "k0"}, flow_out=[7, 8])
+    batch.slices(np.array([200]), np.array([10]), np.array([5]), np.array([5]), "cudaLaunchKernel", "cuda",
+                 [Column("kernel", "str", np.zeros(1, np.int64), ["k0"])], flow_out=np.array([[7, 8]], np.uint64))
+    for a, b in ((one.launch, batch.launch), (one.src, batch.src)):
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b):
+            assert all(np.array_equal(u, v) for u, v in zip(x, y))
+    assert one.rows == batch.rows == 3  # one launch, two flow sources: the ioctl slice is not held
+
+
+def test_a_partial_too_big_for_the_index_is_left_out(tmp_path, monkeypatch):
+    """Past MAX_BYTES of JSON a check's partial is not written (index.json is read up to 16 MiB): the
+    SQL runs."""
+    from timeline.checks import partials
+    monkeypatch.setattr(partials, "MAX_BYTES", 100)
+    _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}), "200ms")
+    assert "partials" not in index and not any("partials" in c for c in index["chunks"])
+    assert got.note == NOT_MERGED

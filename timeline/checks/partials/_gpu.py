@@ -1,0 +1,287 @@
+"""The GPU checks' inputs, as the converter writes them (the SQL's _tl_gpu, _tl_gpu_owner,
+tl_startup and tl_gpu_window of _prelude.sql), for the partials of kernel_outliers and
+gpu_queue_delay. What is read from the converter's slice batches:
+- GPU work (categories gpu_kernel/gpu_memcpy/gpu_memset, dur > 0): ts, dur, name, device, flow id in;
+- the slices with a flow out (their thread, process, ts, category and `py` arg): who owns each
+  device, when each kernel was launched and from which Python line;
+- the kernel launches (their process, ts and kernel): each process' start-up (tl_startup).
+
+A device's steady state starts after the start-up of the process that owns it, known only once the
+whole recording is read: so the columns are held until the end of the conversion (16 to 33 bytes a
+row, MAX_ROWS rows at most) and worked out once, over every chunk.
+
+Where the SQL's answer hangs on something this does not model, there is no partial and the checks
+run through trace_processor: a device no flow reaches (its owner is then the main thread, chosen by
+the prelude's rules), a tie between two processes' threads for a device's owner (the SQL breaks it
+by trace_processor's utid order), a flow id with two sources or two ends, a recording above MAX_ROWS.
+"""
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+
+import numpy as np
+
+from ...converters.interface import Column, flow_ids
+
+GPU_CATS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
+CUDA_CATS = ("cuda", "cuda_driver", "nccl")
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
+            "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
+MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
+
+
+class _Strings:
+    """Strings as small ints, one numbering for the whole conversion."""
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+        self.strings: list[str] = []
+
+    def code(self, s: str) -> int:
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+    def codes(self, v, n: int) -> np.ndarray:
+        """A name/cat/str arg (a str or a "str" Column) as codes per row; -1 where absent."""
+        if v is None:
+            return np.full(n, -1, np.int64)
+        if not isinstance(v, Column):
+            return np.full(n, self.code(str(v)), np.int64)
+        table = np.array([self.code(str(s)) for s in v.strings] or [-1], np.int64)
+        out = table[np.asarray(v.values, np.int64)] if len(v.strings) else np.full(n, -1, np.int64)
+        if v.present is not None:
+            out = np.where(v.present, out, -1)
+        return out
+
+
+def _arg(args, key: str):
+    for c in args or ():
+        if isinstance(c, Column) and c.key == key:
+            return c
+    return None
+
+
+def _ids(v, n: int) -> np.ndarray:
+    """Flow ids per row as an (n, k) uint64 array (0: none)."""
+    a = np.asarray(v, np.uint64)
+    return a.reshape(n, -1) if a.size else np.zeros((n, 0), np.uint64)
+
+
+class GpuColumns:
+    """What the GPU checks read, gathered from pass 2's slice batches (one instance feeds all of
+    them: timeline.checks.partials shares a Collector class's instance between its checks)."""
+
+    def __init__(self, pid_of=None):
+        self.s = _Strings()
+        self.pid_of = pid_of or (lambda tid: tid)
+        self.gpu: list[tuple] = []      # ts, dur, name, is a kernel, device, flow in
+        self.src: list[tuple] = []      # flow id, tid, pid, py, ts, is a CUDA call
+        self._steady = None
+        self.launch: list[tuple] = []   # ts, pid, kernel key
+        self.rows = 0
+        self.declined = ""              # why no partial (empty: none yet)
+
+    def _hold(self, n: int) -> bool:
+        self.rows += n
+        if self.rows > MAX_ROWS and not self.declined:
+            self.declined = f"more than {MAX_ROWS:,} rows"
+            self.gpu, self.src, self.launch = [], [], []
+        return not self.declined
+
+    def _pids(self, tid: np.ndarray, pid) -> np.ndarray:
+        if pid is not None:
+            return np.broadcast_to(np.asarray(pid, np.int64), tid.shape).copy()
+        uniq, inv = np.unique(tid, return_inverse=True)
+        return np.array([p if (p := self.pid_of(t)) is not None else t for t in uniq.tolist()],
+                        np.int64)[inv.reshape(-1)]
+
+    # -- what the converter writes
+    def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
+        """One thread slice (the sink's `slice`: the per-event families, none of them CUDA's)."""
+        out, into = flow_ids(flow_out), flow_ids(flow_in)
+        if cat not in CUDA_CATS and not out:
+            return
+        cols = [Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None]
+        self.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat, cols,
+                    np.array([out], np.uint64) if out else None, np.array([into], np.uint64) if into else None)
+
+    def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
+        """A batch of thread slices (the sink's `slices`)."""
+        ts = np.asarray(ts, np.int64).reshape(-1)
+        n = ts.size
+        if not n or self.declined:
+            return
+        cats = self.s.codes(cat, n)
+        cuda = np.isin(cats, [self.s.code(c) for c in CUDA_CATS])
+        tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
+        pids = None
+        if flow_out is not None:
+            ids = _ids(flow_out, n)
+            py = self.s.codes(_arg(args, "py"), n)
+            pids = self._pids(tid, pid)
+            for j in range(ids.shape[1]):
+                m = ids[:, j] != 0
+                if m.any() and self._hold(int(m.sum())):
+                    self.src.append((ids[m, j], tid[m].astype(np.int32), pids[m].astype(np.int32),
+                                     py[m].astype(np.int32), ts[m], cuda[m]))
+        names = self.s.codes(name, n)
+        # the prelude's fn: the name without the per-thread-stream suffixes (worked out per distinct name)
+        uniq, inv = np.unique(names, return_inverse=True)
+        fn = np.array([self.s.code(self.s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
+                       for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
+        launch = cuda & np.isin(fn, [self.s.code(x) for x in LAUNCHES])
+        if not launch.any() or not self._hold(int(launch.sum())):
+            return
+        key = np.full(n, -1, np.int64)  # coalesce(kernel, func, function, name): as the prelude's _tl_launch_k
+        for k in ("kernel", "func", "function"):
+            c = _arg(args, k)
+            if c is None:
+                continue
+            if c.kind == "str":
+                vals = self.s.codes(c, n)
+            else:  # numbers: each distinct one named once
+                uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)
+                text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
+                vals = np.array([self.s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
+                if c.present is not None:
+                    vals = np.where(c.present, vals, -1)
+            key = np.where(key < 0, vals, key)
+        key = np.where(key < 0, fn, key)
+        pids = self._pids(tid, pid) if pids is None else pids
+        self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
+
+    def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
+        """A batch of slices on a named track (the sink's `group_slices`: GPU work)."""
+        ts = np.asarray(ts, np.int64).reshape(-1)
+        n = ts.size
+        if not n or self.declined:
+            return
+        cats = self.s.codes(cat, n)
+        gpu = np.isin(cats, [self.s.code(c) for c in GPU_CATS]) & (np.asarray(dur, np.int64) > 0)
+        if flow_out is not None and (_ids(flow_out, n) != 0).any():
+            self.declined = "a flow out of GPU work"
+        if not gpu.any() or not self._hold(int(gpu.sum())):
+            return
+        dev = _arg(args, "device")
+        device = np.zeros(n, np.int64) if dev is None else np.asarray(dev.values, np.int64)
+        if dev is not None and dev.present is not None:
+            device = np.where(dev.present, device, 0)
+        fin = _ids(flow_in, n) if flow_in is not None else np.zeros((n, 1), np.uint64)
+        if fin.shape[1] > 1:
+            self.declined = "GPU work with two flows in"
+            return
+        fin = fin[:, 0] if fin.shape[1] else np.zeros(n, np.uint64)
+        self.gpu.append((ts[gpu], np.asarray(dur, np.int64)[gpu], self.s.codes(name, n)[gpu].astype(np.int32),
+                         cats[gpu] == self.s.code("gpu_kernel"), device[gpu].astype(np.int32), fin[gpu]))
+
+    # -- the partial
+    def steady(self):
+        """The GPU rows with their device's steady state (tl_gpu_window) and their flow's source, worked
+        out once for every check (a dict of arrays), or None where the SQL's answer hangs on what this
+        does not model (the module doc)."""
+        if self._steady is None:
+            out = None if self.declined or not self.gpu else self._work_out()
+            self._steady = False if out is None else out
+        return self._steady or None
+
+    def _work_out(self):
+        g = [np.concatenate(c) for c in zip(*self.gpu)]
+        g_ts, g_dur, g_name, g_kernel, g_dev, g_flow = g
+        src = [np.concatenate(c) for c in zip(*self.src)] if self.src else [np.zeros(0, t) for t in (
+            np.uint64, np.int32, np.int32, np.int32, np.int64, bool)]
+        s_id, s_tid, s_pid, s_py, s_ts, s_cuda = src
+        src_row = _source_rows(s_id, g_flow)
+        if src_row is None:
+            return None  # a flow id with two sources or two ends
+        devices, dev_i = np.unique(g_dev, return_inverse=True)
+        dev_i = dev_i.reshape(-1)
+        # per device, the thread whose calls have the most flows into its work (the prelude's _tl_gpu_owner)
+        linked = src_row >= 0
+        pairs, counts = np.unique(dev_i[linked].astype(np.int64) << 32 | s_tid[src_row[linked]].astype(np.int64)
+                                  & 0xFFFFFFFF,
+                                  return_counts=True)
+        end = self._startup_ends()
+        first = np.full(devices.size, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first, dev_i, g_ts)
+        window = np.empty(devices.size, np.int64)
+        for d in range(devices.size):
+            mine = (pairs >> 32) == d
+            if not mine.any():
+                return None  # no flow reaches it: the SQL takes the main thread
+            top = (pairs[mine][counts[mine] == counts[mine].max()] & 0xFFFFFFFF).tolist()
+            pids = {int(s_pid[src_row[linked & (dev_i == d)]][s_tid[src_row[linked & (dev_i == d)]] == t][0])
+                    for t in top}
+            if len(pids) > 1:
+                return None  # a tie the SQL breaks by trace_processor's thread numbering
+            window[d] = max(int(first[d]), end.get(pids.pop()) or 0)
+        row = np.maximum(src_row, 0)
+        has = src_row >= 0
+        pick = (lambda a, none: np.where(has, a[row], none)) if s_id.size else (
+            lambda a, none: np.full(g_ts.size, none, np.asarray(none).dtype))
+        return {"ts": g_ts, "dur": g_dur, "name": g_name, "kernel": g_kernel, "device": g_dev,
+                "devices": devices, "device_i": dev_i, "window": window, "steady": g_ts >= window[dev_i],
+                "py": pick(s_py, -1), "call_ts": pick(s_ts, 0), "from_call": pick(s_cuda, False) & has}
+
+    def _startup_ends(self) -> dict:
+        """Per process: tl_startup.end_ts, the first launch of the last kernel new to it among those
+        launched at least twice and first seen in the first half of its launches; None if none."""
+        out: dict = {}
+        if not self.launch:
+            return out
+        ts, pid, key = (np.concatenate(c) for c in zip(*self.launch))
+        for p in np.unique(pid).tolist():
+            m = pid == p
+            t, k = ts[m], key[m]
+            o = np.argsort(t, kind="stable")
+            t, k = t[o], k[o]
+            n = t.size
+            keys, first_i, cnt = np.unique(k, return_index=True, return_counts=True)  # first_i: 0-based
+            ok = (cnt >= 2) & (first_i + 1 <= n // 2)
+            out[p] = int(t[first_i[ok]].max()) if ok.any() else None
+        return out
+
+
+def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
+    """Per GPU row, the row of the call its flow comes from (-1: none); None when a flow id has two
+    sources or two ends (trace_processor would chain them). One sort of each (none if already sorted)."""
+    def ordered(ids):
+        """(ids sorted, the order that sorts them), or None when an id repeats."""
+        order = np.arange(ids.size) if ids.size < 2 or (ids[1:] > ids[:-1]).all() else np.argsort(ids)
+        srt = ids[order]
+        return None if (srt[1:] == srt[:-1]).any() else (srt, order)
+    src, ends = ordered(s_id), ordered(g_flow[g_flow != 0])
+    if src is None or ends is None:
+        return None
+    if not s_id.size:
+        return np.full(g_flow.size, -1, np.int64)
+    srt, order = src
+    at = np.minimum(np.searchsorted(srt, g_flow), s_id.size - 1)
+    return np.where((g_flow != 0) & (srt[at] == g_flow), order[at], -1)
+
+
+def _py_line(stack: str):
+    """The prelude's _tl_py_line: the innermost frame, None for an unknown stack ('?')."""
+    sep = " \u2190 "
+    if sep in stack:
+        return stack[:stack.index(sep)]
+    return None if stack == "?" else stack
+
+
+# -- merging, in the SQL's words
+
+def _fixed(x: float, digits: int) -> str:
+    """SQLite's printf %.Nf: 16 significant digits, then rounded half away from zero."""
+    d = Decimal(f"{x:.16g}").quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
+    return f"{d:.{digits}f}"
+
+
+def _round(x: float, digits: int) -> float:
+    """SQLite's round(x, N): the exact value rounded half away from zero."""
+    return float(Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
+
+
+def _g(x) -> str:
+    return f"{x:g}"

@@ -1,0 +1,94 @@
+"""gpu_queue_delay (sql/gpu_queue_delay.sql) as a partial computed at conversion.
+
+Its inputs are _gpu.py's: per device, the steady state (tl_gpu_window), each steady kernel's delay
+from the start of the CUDA call its flow comes from, and the GPU's busy time over the steady state
+(tl_gpu_time: the union of all its work, clipped to the window). All of them are over the whole
+recording (the median delay of a device, its busy share), so the partial is the set's part only:
+per device n, p50, p99 of the delays (nearest rank, exact), the window's start, span and busy time.
+Each chunk's part is empty. Bounded: 6 numbers per device.
+
+No partial (the SQL runs) where _gpu.py has none, or for other parameters than the defaults (they
+only change the verdict, but one rule for every partial keeps it simple).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..catalog import BY_ID
+from ._gpu import GpuColumns, _fixed, _round
+
+CHECK = "gpu_queue_delay"
+VERSION = 1
+Collector = GpuColumns
+HINT = ("the host cannot keep the GPU fed: fewer, larger kernels (fusion, torch.compile), CUDA graphs, less Python "
+        "per step; check cpu_contention and input_stall")
+
+
+def part(cols: GpuColumns, starts) -> dict | None:
+    g = cols.steady()
+    if g is None:
+        return None
+    devices = {}
+    for d, dev in enumerate(g["devices"].tolist()):
+        on = g["device_i"] == d
+        start = int(g["window"][d])
+        end = int((g["ts"][on] + g["dur"][on]).max())
+        busy = _covered(g["ts"][on], g["ts"][on] + g["dur"][on], start, end)
+        q = on & g["kernel"] & g["steady"] & g["from_call"]
+        delay = np.sort(g["ts"][q] - g["call_ts"][q])
+        n = delay.size
+        if n:
+            devices[str(dev)] = [n, int(delay[max(1, math.ceil(0.50 * n)) - 1]),
+                                 int(delay[max(1, math.ceil(0.99 * n)) - 1]), start, end - start, busy]
+        else:
+            devices[str(dev)] = [0, None, None, start, end - start, busy]
+    return {"set": {"version": VERSION, "params": BY_ID[CHECK].defaults(), "devices": devices},
+            "chunks": [{} for _ in range(len(starts))]}
+
+
+def _covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
+    """ns of [lo, hi) covered by the union of the intervals [s, e)."""
+    s, e = np.clip(s, lo, hi), np.clip(e, lo, hi)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not s.size:
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum.accumulate(e[o])
+    # a new run of overlapping intervals starts where an interval starts after all before it ended
+    new = np.r_[True, s[1:] > e[:-1]]
+    run = np.cumsum(new) - 1
+    starts = s[new]
+    ends = np.zeros(starts.size, np.int64)
+    np.maximum.at(ends, run, e)
+    return int((ends - starts).sum())
+
+
+def merge(set_part: dict, chunk_parts: list, params: dict):
+    """The check's rows from the set's part (None where the partial does not apply: run the SQL)."""
+    if not isinstance(set_part, dict) or set_part.get("version") != VERSION:
+        return None
+    if {k: float(v) for k, v in set_part["params"].items()} != {k: float(v) for k, v in params.items()}:
+        return None
+    starve, idle_warn = params["starve_us"], params["idle_warn_fraction"]
+    rows = []
+    for dev, (n, p50, p99, ts, span, busy) in sorted(set_part["devices"].items(), key=lambda kv: int(kv[0])):
+        if not n or span <= 0:
+            continue
+        starving = p50 < starve * 1000
+        warn = starving and span - busy >= idle_warn * span
+        text = (f"GPU {int(dev)}: kernels started {_fixed(p50 / 1e3, 1)} us (median; p99 {_fixed(p99 / 1e3, 1)} us) "
+                f"after their launch call, over {n:,} kernels; the GPU was idle "
+                f"{_fixed(100.0 * (span - busy) / span, 0)}% of the steady state")
+        text += (": the launch queue is empty, the GPU starves on the host" if starving
+                 else ": work is queued ahead of the GPU")
+        rows.append({"severity": "warning" if warn else "ok", "finding": text, "ts": ts, "dur": span,
+                     "hint": HINT if warn else None, "device": int(dev), "delay_p50_us": _round(p50 / 1e3, 3),
+                     "delay_p99_us": _round(p99 / 1e3, 3), "kernels": n})
+    if not any(v[0] for v in set_part["devices"].values()):
+        rows.append({"severity": "n/a", "finding": "no GPU kernel is linked to the CPU call that launched it (no flows)",
+                     "ts": None, "dur": None, "hint": None, "device": None, "delay_p50_us": None,
+                     "delay_p99_us": None, "kernels": None})
+    return rows
