@@ -19,6 +19,7 @@ from timeline.cuda import records as cuda_records
 from timeline.cuda.probes import BY_NAME, table_meta
 from timeline.pystack import probes
 from timeline.pystack import records as R
+from timeline.pystack.converter import LOST
 from timeline.trace_processor import open_trace
 from rawlog_factory import T, LogBuilder, end_block
 
@@ -93,9 +94,13 @@ def test_stack_on_the_call_slice_and_wait_slices(tmp_path):
         assert waits[0][4] == "data.py:7 load \u2190 train.py:90 main \u2190 train.py:95 <module> \u2190 " \
                              "<more than 64 frames>"
         assert waits[1][4] == "?"
-        # sampling off: the stacks at calls and waits are the samples
-        n = tp.query("select count(*) from perf_sample").rows[0][0]
-        assert n == 3
+        # sampling off: the stacks at calls and waits are the samples; the wait whose
+        # stack never reached the log is one too, as '<Python stack lost>'
+        rows = tp.query("""select t.tid, f.name from perf_sample ps join thread t using (utid)
+                           join stack_profile_callsite c on c.id = ps.callsite_id
+                           join stack_profile_frame f on f.id = c.frame_id order by ps.ts""").rows
+        assert sorted(r[0] for r in rows) == [TID, TID, TID, OTHER_TID]
+        assert [r[1] for r in rows if r[0] == OTHER_TID] == [LOST]
 
 
 def test_cpu_samples_are_the_cpu_profile_samples_when_sampling_was_on(tmp_path):
