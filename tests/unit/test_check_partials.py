@@ -153,6 +153,19 @@ def test_split_and_unsplit_agree_with_chunk_sizes(tmp_path):
         assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "warning"
 
 
+def test_a_report_from_the_index_alone_names_no_engine_and_the_sets_span(tmp_path):
+    """Every check asked for comes from the index: no chunk is opened, so the report says no
+    engine ran, and takes the span and the families from the index (it said '? engine' and
+    'recorded: none')."""
+    _, path, index = converted(tmp_path, training_log(slow={(30, 2): 400}))
+    rep = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK, "gpu_queue_delay"],
+                    workers=1)
+    chunks = index["chunks"]
+    assert rep.engine is None and all(r.note == FROM_INDEX for r in rep.results)
+    assert (rep.start_ts, rep.end_ts) == (chunks[0]["start_ns"], chunks[-1]["end_ns"])
+    assert {"cuda", "gpu"} <= {f for f, on in rep.families.items() if on}
+
+
 def test_other_parameters_and_old_sets_run_the_sql(tmp_path):
     """A set written before partials (no key in its index), a run with other parameters and an index
     whose partial is not as written go through trace_processor, per chunk, as before."""

@@ -67,7 +67,8 @@ def render_text(report: Report, console, verbose: bool = False) -> None:
     present = [k for k, v in report.families.items() if v] or ["none"]
     span = (report.end_ts - report.start_ts) if report.start_ts is not None and report.end_ts else None
     console.print(Text.assemble(("timeline check ", "bold"), printable(report.trace or ""),
-                                f"  ({report.engine} engine, {fmt_dur(span)} of trace; "
+                                f"  ({report.engine + ' engine' if report.engine else 'from the index'}, "
+                                f"{fmt_dur(span)} of trace; "
                                 f"recorded: {', '.join(present)})"))
     if report.incomplete:
         console.print(Text("warning: " + report.incomplete, "bold yellow"))

@@ -51,7 +51,7 @@ class CheckResult:
 @dataclass
 class Report:
     trace: str
-    engine: str
+    engine: Optional[str]  # None: no engine ran (every check from a trace set's index)
     start_ts: Optional[int]
     end_ts: Optional[int]
     families: dict[str, bool]

@@ -311,5 +311,9 @@ def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None
         incomplete = "; ".join(f"chunk {o['chunk'] + 1} ({printable(chunks[o['chunk']]['file'])}): {o['error']}"
                                for o in bad)
     engine = good[0]["engine"] if good else "?"
+    if not outs and chunks:  # every check came from the index: no chunk was opened
+        engine = None
+        starts, ends = [chunks[0]["start_ns"]], [max(c["end_ns"] for c in chunks)]
+        families = {f: True for c in chunks for f in (c.get("families") or []) if isinstance(f, str)}
     return Report(path, engine, min(starts) if starts else None, max(ends) if ends else None, families,
                   results, incomplete)
