@@ -111,8 +111,12 @@ def test_cuda_call_slices_carry_the_stack(run):
 def test_wait_slice_carries_the_stack_it_blocked_in(run):
     rows = slices(run["tp"], f"s.category = 'python' and s.name = 'wait' and t.tid = {run['pipe']['tid']}")
     mine = [r for r in rows if r["py"] == arg_text(run["pipe"], "INNER_PIPE")]
-    assert len(mine) == 1, rows
-    assert WAIT_MS * 0.9e6 <= mine[0]["dur"] < WAIT_MS * 1e6 + 1e9  # ends when the write woke it
+    # the read, ending when the write woke it; then, at times, a short wait at the same line:
+    # back from the read, the thread waits for the GIL the timer thread still holds
+    long = [r for r in mine if r["dur"] >= WAIT_MS * 0.9e6]
+    assert len(long) == 1 and long[0]["dur"] < WAIT_MS * 1e6 + 1e9, rows
+    assert all(r["dur"] < WAIT_MS * 0.1e6 and r["ts"] >= long[0]["ts"] + long[0]["dur"]
+               for r in mine if r is not long[0]), rows
     linger = [r for r in rows if r["py"].startswith(f"pystack_target.py:{run['pipe']['lines']['LINGER']} main ")]
     assert len(linger) == 1 and linger[0]["dur"] >= 0.25e9
 
@@ -157,6 +161,7 @@ def test_chrome_json_slices_point_at_their_stack(run):
     assert [e["args"]["py"] for e in syncs] == [arg_text(info, "INNER_CUDA")] * SYNCS
     waits = [e for e in doc["traceEvents"] if e.get("cat") == "python" and e.get("name") == "wait"
              and e["tid"] == run["pipe"]["tid"] and e["args"]["py"] == arg_text(run["pipe"], "INNER_PIPE")]
+    waits = [e for e in waits if e["dur"] >= WAIT_MS * 0.9e3]  # the read (then, at times, a GIL wait: above)
     assert len(waits) == 1 and sf_chain(doc["stackFrames"], waits[0]["sf"])[0][0].startswith("inner (")
     # one entry per distinct (function, file, line, caller): the syncs' stack is there once
     names = [(f["name"], f["category"], f.get("parent")) for f in doc["stackFrames"].values()]
