@@ -155,10 +155,13 @@ def run_check(tp, check: Check, families: dict[str, bool], params: dict[str, flo
         return CheckResult(check, "failed", [], params, time.perf_counter() - t0, error=str(e))
     except sqlite3.Error as e:
         return CheckResult(check, "failed", [], params, time.perf_counter() - t0, error=f"reducing: {e}")
-    findings = [_to_finding(r) for r in rows]
-    # Worst first; keep the SQL's order inside one severity.
-    findings.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+    findings = by_severity([_to_finding(r) for r in rows])
     return CheckResult(check, _status(findings), findings, params, time.perf_counter() - t0)
+
+
+def by_severity(findings: list) -> list:
+    """Worst first; the order given (the SQL's) inside one severity."""
+    return sorted(findings, key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
 
 
 def _run_sql(tp, sql: str) -> list[dict]:

@@ -191,8 +191,6 @@ def check_set(path: str, tp_config, user, ids=None, params=None, workers: Option
         jobs = [(c, i, tp_config, rest, params) for i, c in enumerate(chunks)]
         outs = run_jobs(check_chunk, jobs, workers, executor or LOCAL)
     report = merge(path, chunks, outs, rest, params)
-    if not rest:  # every check came from the index: the set's bounds from it too
-        report.start_ts, report.end_ts = chunks[0]["start_ns"], max(c["end_ns"] for c in chunks)
     order = {cid: i for i, cid in enumerate(wanted)}
     report.results = sorted(report.results + list(ready.values()), key=lambda r: order[r.check.id])
     return report
@@ -204,7 +202,7 @@ def from_partials(doc: dict, chunks: list[dict], wanted: list[str], params=None)
     run through trace_processor (a set written before partials, other parameters)."""
     from . import partials
     from .catalog import BY_ID
-    from .runner import STATUS_ORDER, CheckResult, _status, _to_finding
+    from .runner import CheckResult, _status, _to_finding, by_severity
 
     stored = doc.get(partials.PARTIALS)
     out = {}
@@ -224,8 +222,7 @@ def from_partials(doc: dict, chunks: list[dict], wanted: list[str], params=None)
             rows = None  # an index not as written: the SQL decides
         if rows is None:
             continue
-        found = [_to_finding(r) for r in rows]
-        found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+        found = by_severity([_to_finding(r) for r in rows])
         out[cid] = CheckResult(check, _status(found), found, p, note=FROM_INDEX)
     return out
 
@@ -252,7 +249,7 @@ def _chunk_list(idx: list[int], total: int) -> str:
 
 
 def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None):
-    from .runner import STATUS_ORDER, CheckResult, Finding, Report, _status, _to_finding, select_checks
+    from .runner import CheckResult, Finding, Report, _status, _to_finding, by_severity, select_checks
 
     good = [o for o in outs if "error" not in o]
     bad = [o for o in outs if "error" in o]
@@ -281,7 +278,7 @@ def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None
             except sqlite3.Error as e:
                 results.append(CheckResult(check, "failed", [], p, error=f"merging the chunks: {e}"))
                 continue
-            found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+            found = by_severity(found)
             results.append(CheckResult(check, _status(found), found, p))
             continue
         per = [(o, next(c for c in o["checks"] if c["id"] == check.id)) for o in good]
@@ -303,7 +300,7 @@ def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None
             if len(seen) > 1:
                 where = _chunk_list(sorted(i for i, _, _ in seen), len(chunks))
             found.append(Finding(sev, f"{where}: {text}", f["ts"], f["dur"], hint, f["evidence"]))
-        found.sort(key=lambda f: STATUS_ORDER.index(f.severity) if f.severity in STATUS_ORDER else 99)
+        found = by_severity(found)
         status = "failed" if errors and not found else _status(found)
         results.append(CheckResult(check, status, found, p, error="; ".join(errors) or None, note=NOT_MERGED))
     incomplete = None
