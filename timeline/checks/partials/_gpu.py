@@ -17,6 +17,7 @@ by trace_processor's utid order), a flow id with two sources or two ends, a reco
 """
 from __future__ import annotations
 
+import math
 from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
@@ -260,6 +261,17 @@ def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
     srt, order = src
     at = np.minimum(np.searchsorted(srt, g_flow), s_id.size - 1)
     return np.where((g_flow != 0) & (srt[at] == g_flow), order[at], -1)
+
+
+def nearest_rank(srt: np.ndarray, q: float) -> int:
+    """The q-th percentile of sorted values by nearest rank, as the prelude's _tl_percentiles."""
+    return int(srt[max(1, math.ceil(q * srt.size)) - 1])
+
+
+def made_with(set_part, version: int, params: dict) -> bool:
+    """Whether a set part is this module version's, made with these parameters (else: the SQL)."""
+    return (isinstance(set_part, dict) and set_part.get("version") == version
+            and {k: float(v) for k, v in set_part["params"].items()} == {k: float(v) for k, v in params.items()})
 
 
 def _py_line(stack: str):

@@ -12,12 +12,11 @@ only change the verdict, but one rule for every partial keeps it simple).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..catalog import BY_ID
-from ._gpu import GpuColumns, _fixed, _round
+from ...gpu import intervals
+from ._gpu import GpuColumns, _fixed, _round, made_with, nearest_rank
 
 CHECK = "gpu_queue_delay"
 VERSION = 1
@@ -40,8 +39,7 @@ def part(cols: GpuColumns, starts) -> dict | None:
         delay = np.sort(g["ts"][q] - g["call_ts"][q])
         n = delay.size
         if n:
-            devices[str(dev)] = [n, int(delay[max(1, math.ceil(0.50 * n)) - 1]),
-                                 int(delay[max(1, math.ceil(0.99 * n)) - 1]), start, end - start, busy]
+            devices[str(dev)] = [n, nearest_rank(delay, 0.50), nearest_rank(delay, 0.99), start, end - start, busy]
         else:
             devices[str(dev)] = [0, None, None, start, end - start, busy]
     return {"set": {"version": VERSION, "params": BY_ID[CHECK].defaults(), "devices": devices},
@@ -49,28 +47,14 @@ def part(cols: GpuColumns, starts) -> dict | None:
 
 
 def _covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
-    """ns of [lo, hi) covered by the union of the intervals [s, e)."""
-    s, e = np.clip(s, lo, hi), np.clip(e, lo, hi)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    if not s.size:
-        return 0
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], np.maximum.accumulate(e[o])
-    # a new run of overlapping intervals starts where an interval starts after all before it ended
-    new = np.r_[True, s[1:] > e[:-1]]
-    run = np.cumsum(new) - 1
-    starts = s[new]
-    ends = np.zeros(starts.size, np.int64)
-    np.maximum.at(ends, run, e)
-    return int((ends - starts).sum())
+    """ns of [lo, hi) covered by the union of the intervals [s, e) (the gpu family's busy union)."""
+    us, ue = intervals.merge(np.clip(s, lo, hi), np.clip(e, lo, hi))
+    return int((ue - us).sum())
 
 
 def merge(set_part: dict, chunk_parts: list, params: dict):
     """The check's rows from the set's part (None where the partial does not apply: run the SQL)."""
-    if not isinstance(set_part, dict) or set_part.get("version") != VERSION:
-        return None
-    if {k: float(v) for k, v in set_part["params"].items()} != {k: float(v) for k, v in params.items()}:
+    if not made_with(set_part, VERSION, params):
         return None
     starve, idle_warn = params["starve_us"], params["idle_warn_fraction"]
     rows = []

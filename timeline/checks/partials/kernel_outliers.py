@@ -13,12 +13,10 @@ Python lines than MAX_LINES in a chunk's part, or for other parameters than the 
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..catalog import BY_ID
-from ._gpu import GpuColumns, _fixed, _g, _py_line, _round
+from ._gpu import GpuColumns, _fixed, _g, _py_line, _round, made_with, nearest_rank
 
 CHECK = "kernel_outliers"
 VERSION = 1
@@ -51,8 +49,7 @@ def part(cols: GpuColumns, starts) -> dict | None:
         n = d.size
         if n < p["min_runs"]:
             continue
-        p50 = int(d[max(1, math.ceil(0.50 * n)) - 1])  # nearest rank, as the prelude's _tl_percentiles
-        p99 = int(d[max(1, math.ceil(0.99 * n)) - 1])
+        p50, p99 = nearest_rank(d, 0.50), nearest_rank(d, 0.99)
         label = strings[int(name[m[0]])]
         stats[label] = [n, p50, p99, int(d[-1])]
         out = m[(d >= p["outlier_factor"] * p50) & (d >= p["min_outlier_us"] * 1000)]
@@ -77,10 +74,7 @@ def part(cols: GpuColumns, starts) -> dict | None:
 def merge(set_part: dict, chunk_parts: list, params: dict):
     """The check's rows from the set's part and each chunk's (None: a chunk without one; then,
     or when params differ from those the partial was made with, None: run the SQL)."""
-    if not isinstance(set_part, dict) or set_part.get("version") != VERSION or any(c is None for c in chunk_parts):
-        return None
-    made = set_part["params"]
-    if {k: float(v) for k, v in made.items()} != {k: float(v) for k, v in params.items()}:
+    if not made_with(set_part, VERSION, params) or any(c is None for c in chunk_parts):
         return None
     stats = set_part["stats"]
     factor, keep = params["outlier_factor"], int(params["max_outliers"])
