@@ -806,14 +806,14 @@ static __always_inline bool launch_due(struct pt_regs *ctx, struct task_struct *
 		if (!l)
 			return false;
 	}
-	if (!hooked && (ck & TL_PY_CK_DRIVER)) {
-		if (ctx->sp < l->rt_sp && bpf_jiffies64() - l->rt_jiffies <= NESTED_WINDOW_TICKS) {
+	if (!hooked) {
+		if (!(ck & TL_PY_CK_DRIVER)) {
+			l->rt_sp = ctx->sp;
+			l->rt_jiffies = bpf_jiffies64();
+		} else if (ctx->sp < l->rt_sp && bpf_jiffies64() - l->rt_jiffies <= NESTED_WINDOW_TICKS) {
 			stat(ST_NESTED);
 			return false;
 		}
-	} else if (!hooked) {
-		l->rt_sp = ctx->sp;
-		l->rt_jiffies = bpf_jiffies64();
 	}
 	stat(ST_LAUNCHES);
 	if (l->left) {
