@@ -158,10 +158,11 @@ class Run:
             self.log(f"{name}: stderr tail:\n" + err[-1500:])
         return r
 
-    def record(self, name: str, families: str, target: tuple, cap: float, keep_raw=False) -> dict | None:
+    def record(self, name: str, families: str, target: tuple, cap: float, keep_raw=False,
+               extra: tuple = ()) -> dict | None:
         argv, env = target
         trace = os.path.join(self.work, f"{name}.pftrace")
-        opts = ["--keep-raw"] if keep_raw else []
+        opts = (["--keep-raw"] if keep_raw else []) + list(extra)
         r = self.execute(name, self.python() + ["-m", "timeline.cli", "record", "-e", families, *opts,
                                                 *self.cuda_lib_args(), "-o", trace, "--", *argv], env, cap)
         if r is not None and keep_raw:
@@ -342,6 +343,50 @@ def phase_sample(run: Run) -> None:
 
 
 NCCL_TARGET = os.path.join(HERE, "gpu_truth_nccl.py")
+LAUNCH_TARGET = os.path.join(HERE, "gpu_truth_launch.py")
+# What each part costs one kernel launch (issue 22: pystack's added cost per launch with the
+# default 1-in-N policy and with every launch; the eBPF uprobes; CUPTI), alternating.
+LAUNCH_COST = [("untraced", None, (), None), ("cuda", "cuda", (), None),
+               ("cuda+pystack", "cuda,pystack", (), None),
+               ("cuda+pystack-every-launch", "cuda,pystack", ("--py-launch-every", "1"), None),
+               ("gpu-kernels-only", "gpu", (), "api,timestamps,sync,memset,memcpy"),
+               ("gpu", "gpu", (), ""), ("cuda+gpu+pystack", "cuda,gpu,pystack", (), None)]
+
+
+def phase_launch_cost(run: Run, reps: int) -> None:
+    per_step = 1000
+    # GT_LAUNCH_CONFIGS=a,b: only these; GT_LAUNCH_CPU=N: the target pinned to CPU N (processes
+    # placed on different cores differed by ~2 µs a launch on the H100 host)
+    only = [c for c in os.environ.get("GT_LAUNCH_CONFIGS", "").split(",") if c]
+    configs = [c for c in LAUNCH_COST if not only or c[0] in only]
+    pin = ["taskset", "-c", os.environ["GT_LAUNCH_CPU"]] if os.environ.get("GT_LAUNCH_CPU") else []
+    per: dict = {c: [] for c, *_ in configs}
+    for rep in range(reps):
+        for cname, fam, extra, off in configs:
+            name = f"launch-{cname}-{rep}"
+            argv = pin + run.python() + [LAUNCH_TARGET, "cpu" if run.dry else "cuda", "60", str(per_step)]
+            env = dict(os.environ)
+            if off is not None:
+                env["TIMELINE_GPU_OFF"] = off
+            r = (run.execute(name, argv, env, 90) if fam is None else
+                 run.record(name, fam, (argv, env), 120, extra=extra))
+            if r and r.get("median_step_ms"):
+                per[cname].append(r["median_step_ms"])
+            for f in run.files(f"{name}.pftrace"):
+                if rep or fam != "cuda":  # one kept: which calls a launch makes
+                    os.remove(f)
+    run.pack("launch-cost", run.files("launch-*-0.pftrace"))
+    step_table(run, "launch_cost", "add_", per)
+    t = run.results["phases"]["launch_cost"]["add_"]
+    base = t["untraced"]["median_of_medians_ms"]
+    for c, row in t.items():  # a step is per_step launches: ms per step = µs per launch
+        m = row["median_of_medians_ms"]
+        row["us_per_launch"] = m * 1e3 / per_step if m else None
+        row["added_us_per_launch"] = (m - base) * 1e3 / per_step if m and base else None
+    run.save()
+    run.log("launch cost (µs per launch, added): " + ", ".join(
+        f"{c} {r['us_per_launch']:.3f} (+{r['added_us_per_launch']:.3f})" for c, r in t.items()
+        if r["us_per_launch"] is not None))
 
 
 def phase_nccl(run: Run) -> None:
@@ -389,6 +434,7 @@ def run_all(args) -> None:
                ("cupti-share-mlp", lambda: phase_cupti_share(run, "mlp", args.reps)),
                ("cupti-share-cnn", lambda: phase_cupti_share(run, "cnn", args.reps))]
     phases.append(("nccl", lambda: phase_nccl(run)))
+    phases.append(("launch-cost", lambda: phase_launch_cost(run, args.reps)))
     if args.phases:  # only these, in the order given (a short lease does what matters first)
         wanted = args.phases.split(",")
         byname = dict(phases)
@@ -651,7 +697,7 @@ def main() -> None:
     r.add_argument("--reps", type=int, default=3)
     r.add_argument("--ovh-steps", type=int, default=60, help="timed steps per overhead run")
     r.add_argument("--phases", help="comma separated: only these (cnn, mlp, cuda12, sample, overhead-cnn, "
-                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn, nccl), run in the order given; default: all")
+                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn, nccl, launch-cost), run in the order given; default: all")
     a = sub.add_parser("analyze", help="tables from a run's output folder (tarballs unpacked in place)")
     a.add_argument("dir")
     a.add_argument("--steps", type=int, default=60, help="timed steps per run (run's --steps)")

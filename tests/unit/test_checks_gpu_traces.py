@@ -14,7 +14,7 @@ from timeline.trace_processor import open_trace
 
 # trace -> (main thread tid, backward thread tid, longest start-up gap in ms, at least)
 TRACES = {
-    "sample_traces/train_gpu.pftrace": (976, 1030, 3500),
+    "sample_traces/train_gpu.pftrace": (939, 993, 3500),
     "docs/gpu-validation/gpu-cnn.pftrace": (806, 860, 4000),
 }
 
