@@ -322,6 +322,83 @@ def phase_cupti_share(run: Run, model: str, reps: int) -> None:
     step_table(run, "cupti_share", model, per)
 
 
+# The same, in one process: it launches untraced all along and the recorder attaches with
+# --pid for a few seconds per configuration (not gpu: CUPTI only loads at process start).
+LAUNCH_AB = [("cuda", "cuda", ()), ("cuda-entry-only", "cuda", ("--cuda-mode", "entry-only")),
+             ("cuda+pystack", "cuda,pystack", ()),
+             ("cuda+pystack-every-launch", "cuda,pystack", ("--py-launch-every", "1"))]
+
+
+def _cuda_window(raw: str):
+    """First and last cuda-ring event time in a raw log (when the probes were on)."""
+    import numpy as np
+
+    from timeline import events, registry
+    from timeline.rawlog import KIND_RING, RawLogReader
+
+    ts = []
+    with RawLogReader(raw) as r:
+        for blk in r.blocks():
+            if blk.kind == KIND_RING and registry.RING_NAMES.get(blk.ring) == "cuda":
+                ts.append(events.decode_ring_bytes(blk.payload, registry.RING_DTYPES[blk.ring])["ts"])
+    t = np.concatenate(ts) if ts else np.zeros(0)
+    return (int(t.min()), int(t.max())) if len(t) > 1000 else None
+
+
+def phase_launch_ab(run: Run, reps: int) -> None:
+    per_step, attach_s = 1000, 3
+    seconds = reps * len(LAUNCH_AB) * 14 + 10
+    out = os.path.join(run.work, "launch-ab.stdout")
+    argv = run.python() + [LAUNCH_TARGET, "cpu" if run.dry else "cuda", "stream", str(seconds), str(per_step)]
+    with open(out, "w") as f:
+        target = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
+    windows = []
+    try:
+        t0 = time.monotonic()
+        while "READY" not in open(out).read() and time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+        for rep in range(reps):
+            for cname, fam, extra in LAUNCH_AB:
+                time.sleep(2)  # untraced batches between windows
+                name = f"ab-{cname}-{rep}"
+                r = run.execute(name, run.python() + ["-m", "timeline.cli", "record", "-e", fam, *extra,
+                                                      *run.cuda_lib_args(), "--pid", str(target.pid),
+                                                      "--duration", str(attach_s), "--keep-raw", "-o",
+                                                      os.path.join(run.work, f"{name}.pftrace")], dict(os.environ), 60)
+                raw = os.path.join(run.work, f"{name}.tlraw")
+                w = _cuda_window(raw) if r and os.path.exists(raw) else None
+                for f in run.files(f"{name}.tlraw", f"{name}.pftrace"):
+                    os.remove(f)
+                if w:
+                    windows.append((cname, w))
+                else:
+                    run.log(f"{name}: no cuda events recorded")
+    finally:
+        target.kill()
+        target.wait()
+    batches = [(int(a), float(b)) for ln in open(out) if ln.startswith("B ")
+               for _, a, b in [ln.split()]]
+    # per window: median batch inside it against the untraced batches in the gap before it
+    # (starting 0.5 s after the previous window ended); a batch's span is [end - dur, end]
+    table: dict = {c: [] for c, *_ in LAUNCH_AB}
+    prev_end = 0
+    for cname, (lo, hi) in windows:
+        inside = [d for e, d in batches if e - d * 1e9 >= lo and e <= hi]
+        before = [d for e, d in batches if e - d * 1e9 >= prev_end + 5e8 and e < lo]
+        prev_end = hi
+        if len(inside) >= 20 and len(before) >= 20:
+            table[cname].append((statistics.median(inside) - statistics.median(before)) * 1e6 / per_step)
+    res = {c: {"added_us_per_launch_per_window": [round(v, 3) for v in vs],
+               "median_added_us_per_launch": round(statistics.median(vs), 3) if vs else None}
+           for c, vs in table.items()}
+    res["untraced_us_per_launch"] = round(statistics.median([d for _, d in batches]) * 1e6 / per_step, 3) \
+        if batches else None
+    run.results["phases"].setdefault("launch_ab", {})["add_"] = res
+    run.save()
+    run.log(f"launch a/b (one process, µs added per launch, median of windows): {json.dumps(res)}")
+    run.pack("launch-ab", [out])
+
+
 def phase_cuda12(run: Run) -> None:
     if run.dry:
         cudart = run.standins["libcudart.so.12"]
@@ -435,6 +512,7 @@ def run_all(args) -> None:
                ("cupti-share-cnn", lambda: phase_cupti_share(run, "cnn", args.reps))]
     phases.append(("nccl", lambda: phase_nccl(run)))
     phases.append(("launch-cost", lambda: phase_launch_cost(run, args.reps)))
+    phases.append(("launch-ab", lambda: phase_launch_ab(run, args.reps)))
     if args.phases:  # only these, in the order given (a short lease does what matters first)
         wanted = args.phases.split(",")
         byname = dict(phases)
@@ -697,7 +775,7 @@ def main() -> None:
     r.add_argument("--reps", type=int, default=3)
     r.add_argument("--ovh-steps", type=int, default=60, help="timed steps per overhead run")
     r.add_argument("--phases", help="comma separated: only these (cnn, mlp, cuda12, sample, overhead-cnn, "
-                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn, nccl, launch-cost), run in the order given; default: all")
+                   "overhead-mlp, cupti-share-mlp, cupti-share-cnn, nccl, launch-cost, launch-ab), run in the order given; default: all")
     a = sub.add_parser("analyze", help="tables from a run's output folder (tarballs unpacked in place)")
     a.add_argument("dir")
     a.add_argument("--steps", type=int, default=60, help="timed steps per run (run's --steps)")
