@@ -21,6 +21,7 @@ from timeline.converters import convert
 from timeline.pystack import probes
 from timeline.pystack import records as R
 from timeline.pystack.converter import LOST, NO_FRAME, UNREADABLE
+from timeline.python_buckets import WITHOUT_STACK
 from timeline.trace_processor import open_trace
 from rawlog_factory import T, LogBuilder, end_block
 
@@ -148,13 +149,23 @@ def test_samples_whose_stack_record_was_lost_are_kept_as_lost(tmp_path):
     assert names.count(LOST) == 25
 
 
-def test_the_check_and_the_agent_tools_know_the_bucket_names():
-    """python_hotspots and the MCP samples query tell the buckets by name: the converter's names."""
+def test_the_check_and_the_readers_know_the_bucket_names():
+    """python_hotspots spells the buckets in SQL; the converter, timeline mcp and timeline diff
+    take them from timeline/python_buckets.py, the one Python module that spells them."""
+    import ast
+    import os
+    from timeline import python_buckets
     from timeline.checks import catalog
-    from timeline.mcp.queries import WITHOUT_STACK
+    from timeline.pystack import converter
     sql = catalog.BY_ID["python_hotspots"].sql()
-    assert all(f"'{name}'" in sql for name in (NO_FRAME, UNREADABLE, LOST))
-    assert set(WITHOUT_STACK) == {NO_FRAME, UNREADABLE, LOST}
+    assert all(f"'{name}'" in sql for name in python_buckets.WITHOUT_STACK)
+    assert set(python_buckets.WITHOUT_STACK) == {*converter.BUCKETS.values(), converter.LOST} == {NO_FRAME, UNREADABLE,
+                                                                                               LOST}
+    root = os.path.dirname(python_buckets.__file__)
+    spelled = {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+               if f.endswith(".py") and any(isinstance(n, ast.Constant) and n.value in python_buckets.WITHOUT_STACK
+                                            for n in ast.walk(ast.parse(open(os.path.join(d, f)).read())))}
+    assert spelled == {"python_buckets.py"}, spelled
 
 
 def test_the_agent_tools_set_the_buckets_apart(tmp_path):
@@ -169,4 +180,4 @@ def test_the_agent_tools_set_the_buckets_apart(tmp_path):
     rows = {r["function"]: r for r in got["rows"]}
     assert "without_stack" not in rows["spin"] and rows["spin"]["self_share"] == 0.48
     for name, n in ((NO_FRAME, 30), (UNREADABLE, 10), (LOST, 25)):
-        assert rows[name]["self_samples"] == n and rows[name]["without_stack"] == queries.WITHOUT_STACK[name]
+        assert rows[name]["self_samples"] == n and rows[name]["without_stack"] == WITHOUT_STACK[name]
