@@ -39,9 +39,10 @@ SAMPLES = """select f.name, count(*) from cpu_profile_stack_sample ps join threa
              where t.tid = {tid} group by f.name order by f.name"""
 
 
-def write_log(path, sample_hz=99, lost=0):
+def write_log(path, sample_hz=99, lost=0, main=MAIN):
     """sample_hz 0: the records are waits (the samples when the CPU timer is off); lost: that
-    many more main-thread samples of a stack whose record is not in the log."""
+    many more main-thread samples of a stack whose record is not in the log; main: the main
+    thread's samples, (stack id, flags) each."""
     b = LogBuilder(target_pid=PID)
     b.header["clock"]["monotonic_ns"] = b.header["clock"]["boottime_ns"] - 1_000_000
     b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
@@ -54,7 +55,7 @@ def write_log(path, sample_hz=99, lost=0):
                               "frames": [[0, "spin", "/w/train.py", 12], [1, "<module>", "/w/train.py", 20]],
                               "stacks": [[PID, f"{STACK:x}", 0, [0, 1]]]}))
     rows = [(tid, i, sid, flags)
-            for tid, samples in ((PID, MAIN + [(LOST_STACK, 0)] * lost), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT),
+            for tid, samples in ((PID, main + [(LOST_STACK, 0)] * lost), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT),
                                  (C_STATE_TID, C_STATE))
             for i, (sid, flags) in enumerate(samples)]
     a = np.zeros(len(rows), R.PY_EVENT)
@@ -181,3 +182,21 @@ def test_the_agent_tools_set_the_buckets_apart(tmp_path):
     assert "without_stack" not in rows["spin"] and rows["spin"]["self_share"] == 0.48
     for name, n in ((NO_FRAME, 30), (UNREADABLE, 10), (LOST, 25)):
         assert rows[name]["self_samples"] == n and rows[name]["without_stack"] == WITHOUT_STACK[name]
+
+
+def test_timeline_diff_sets_the_buckets_apart(raw, tmp_path):
+    """Two runs, the second with ten times the samples without a frame: timeline diff
+    counts the bucket in the shares but lists it apart, with its reason, never as a
+    function (it used to be the top row, 'Python: <no Python frame>', with no file)."""
+    from timeline.diff import compare
+    base, cand = str(tmp_path / "base.pftrace"), str(tmp_path / "cand.pftrace")
+    convert(raw, base)
+    convert(write_log(tmp_path / "c.tlraw", main=MAIN[:60] + [(0, R.PYF_NO_FRAME)] * 300 + MAIN[90:]), cand)
+    report = compare(base, cand, checks=False)
+    functions = {r.name: r for r in report.rows if r.section == "python"}
+    assert set(functions) == {"spin (train.py)"}
+    assert functions["spin (train.py)"].candidate == pytest.approx(60 / 370)  # a share of all samples
+    got = {r.name: (r.baseline, r.candidate, r.without_stack) for r in report.without_stack}
+    assert got == {NO_FRAME: (pytest.approx(0.3), pytest.approx(300 / 370), WITHOUT_STACK[NO_FRAME]),
+                   UNREADABLE: (pytest.approx(0.1), pytest.approx(10 / 370), WITHOUT_STACK[UNREADABLE])}
+    assert [r["name"] for r in report.to_json()["python_without_stack"]] == [NO_FRAME, UNREADABLE]
