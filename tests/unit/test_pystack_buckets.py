@@ -8,7 +8,7 @@ sampled CPU time.  A thread never seen with a Python stack gets no samples:
 one with no thread state (PYF_NO_STATE: a C thread), one whose only samples
 are failed searches, one whose thread state never held a frame (torch's
 autograd device threads).
-python_hotspots takes its shares over all the main thread's samples and
+python_hotspots (and timeline diff) take their shares over all the main thread's samples and
 names the buckets on a line of their own, never as a hot function.
 """
 import numpy as np
