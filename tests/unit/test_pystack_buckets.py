@@ -9,7 +9,7 @@ one with no thread state (PYF_NO_STATE: a C thread), one whose only samples
 are failed searches, one whose thread state never held a frame (torch's
 autograd device threads).
 python_hotspots (and timeline diff) take their shares over all the main thread's samples and
-names the buckets on a line of their own, never as a hot function.
+name the buckets on a line of their own, never as a hot function.
 """
 import numpy as np
 import orjson
