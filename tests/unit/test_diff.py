@@ -5,6 +5,7 @@ one-line errors.  Real recordings: tests/system/test_diff_record.py."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -148,6 +149,38 @@ def test_python_function_whose_share_grew():
     # samples in one trace only: not compared, and said so
     report = compare_profiles(profile(1, python=base), profile(2))
     assert report.only_baseline == ["Python stacks"] and not [r for r in report.rows if r.section == "python"]
+
+
+def test_samples_without_a_stack_are_apart_from_the_functions():
+    """A run with many samples taken without a Python stack: the bucket counts in the
+    shares, but is no function row (it would be the top 'slower' one); it has its own
+    row, in JSON and on a line under the table, with its reason."""
+    from rich.console import Console
+    from timeline.python_buckets import NO_FRAME, WITHOUT_STACK
+
+    base = {"forward (model.py)": 600, "load (data.py)": 100, NO_FRAME: 20, f"{NO_FRAME} (odd.py)": 10}
+    cand = {"forward (model.py)": 600, "load (data.py)": 100, NO_FRAME: 700, f"{NO_FRAME} (odd.py)": 10}
+    report = compare_profiles(profile(1, python=base), profile(2, python=cand))
+    py = {r.name: r for r in report.rows if r.section == "python"}
+    assert NO_FRAME not in py and f"{NO_FRAME} (odd.py)" in py  # a function of that name, with a file, is one
+    assert py["forward (model.py)"].baseline == pytest.approx(600 / 730)  # the bucket counts in the shares
+    (bucket,) = report.without_stack
+    assert bucket.name == NO_FRAME and bucket.without_stack == WITHOUT_STACK[NO_FRAME] and bucket.significant
+    assert bucket.baseline == pytest.approx(20 / 730) and bucket.candidate == pytest.approx(700 / 1410)
+    assert bucket not in report.significant_rows()
+    doc = json.loads(json.dumps(report.to_json()))
+    assert NO_FRAME not in [r["name"] for r in doc["rows"]]
+    (js,) = doc["python_without_stack"]
+    assert js["name"] == NO_FRAME and js["without_stack"] == WITHOUT_STACK[NO_FRAME] and js["candidate"] > 0.49
+    con = Console(record=True, width=200, highlight=False)
+    render_text(report, con)
+    text = con.export_text()
+    assert not re.search(rf"Python: {re.escape(NO_FRAME)}\s+\d", text), text  # no table row of it
+    line = next(ln for ln in text.splitlines() if ln.lstrip("* ").startswith(f"{NO_FRAME}:"))
+    assert "2.7% -> 49.6%" in line and line.endswith(WITHOUT_STACK[NO_FRAME]), line
+    # none recorded: no line, an empty list
+    plain = compare_profiles(profile(1, python={"forward (model.py)": 5}), profile(2, python={"forward (model.py)": 5}))
+    assert plain.without_stack == [] and plain.to_json()["python_without_stack"] == []
 
 
 def _report(statuses: dict) -> Report:

@@ -8,8 +8,8 @@ sampled CPU time.  A thread never seen with a Python stack gets no samples:
 one with no thread state (PYF_NO_STATE: a C thread), one whose only samples
 are failed searches, one whose thread state never held a frame (torch's
 autograd device threads).
-python_hotspots takes its shares over all the main thread's samples and
-names the buckets on a line of their own, never as a hot function.
+python_hotspots (and timeline diff) take their shares over all the main thread's samples and
+name the buckets on a line of their own, never as a hot function.
 """
 import numpy as np
 import orjson
@@ -21,6 +21,7 @@ from timeline.converters import convert
 from timeline.pystack import probes
 from timeline.pystack import records as R
 from timeline.pystack.converter import LOST, NO_FRAME, UNREADABLE
+from timeline.python_buckets import WITHOUT_STACK
 from timeline.trace_processor import open_trace
 from rawlog_factory import T, LogBuilder, end_block
 
@@ -38,9 +39,10 @@ SAMPLES = """select f.name, count(*) from cpu_profile_stack_sample ps join threa
              where t.tid = {tid} group by f.name order by f.name"""
 
 
-def write_log(path, sample_hz=99, lost=0):
+def write_log(path, sample_hz=99, lost=0, main=MAIN):
     """sample_hz 0: the records are waits (the samples when the CPU timer is off); lost: that
-    many more main-thread samples of a stack whose record is not in the log."""
+    many more main-thread samples of a stack whose record is not in the log; main: the main
+    thread's samples, (stack id, flags) each."""
     b = LogBuilder(target_pid=PID)
     b.header["clock"]["monotonic_ns"] = b.header["clock"]["boottime_ns"] - 1_000_000
     b.fork(T(1), 0, 999, 999, PID, PID, "python3", "timeline", launched=True)
@@ -53,7 +55,7 @@ def write_log(path, sample_hz=99, lost=0):
                               "frames": [[0, "spin", "/w/train.py", 12], [1, "<module>", "/w/train.py", 20]],
                               "stacks": [[PID, f"{STACK:x}", 0, [0, 1]]]}))
     rows = [(tid, i, sid, flags)
-            for tid, samples in ((PID, MAIN + [(LOST_STACK, 0)] * lost), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT),
+            for tid, samples in ((PID, main + [(LOST_STACK, 0)] * lost), (C_TID, C_POOL), (C_FAULT_TID, C_FAULT),
                                  (C_STATE_TID, C_STATE))
             for i, (sid, flags) in enumerate(samples)]
     a = np.zeros(len(rows), R.PY_EVENT)
@@ -148,13 +150,23 @@ def test_samples_whose_stack_record_was_lost_are_kept_as_lost(tmp_path):
     assert names.count(LOST) == 25
 
 
-def test_the_check_and_the_agent_tools_know_the_bucket_names():
-    """python_hotspots and the MCP samples query tell the buckets by name: the converter's names."""
+def test_the_check_and_the_readers_know_the_bucket_names():
+    """python_hotspots spells the buckets in SQL; the converter, timeline mcp and timeline diff
+    take them from timeline/python_buckets.py, the one Python module that spells them."""
+    import ast
+    import os
+    from timeline import python_buckets
     from timeline.checks import catalog
-    from timeline.mcp.queries import WITHOUT_STACK
+    from timeline.pystack import converter
     sql = catalog.BY_ID["python_hotspots"].sql()
-    assert all(f"'{name}'" in sql for name in (NO_FRAME, UNREADABLE, LOST))
-    assert set(WITHOUT_STACK) == {NO_FRAME, UNREADABLE, LOST}
+    assert all(f"'{name}'" in sql for name in python_buckets.WITHOUT_STACK)
+    assert set(python_buckets.WITHOUT_STACK) == {*converter.BUCKETS.values(), converter.LOST} == {NO_FRAME, UNREADABLE,
+                                                                                               LOST}
+    root = os.path.dirname(python_buckets.__file__)
+    spelled = {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+               if f.endswith(".py") and any(isinstance(n, ast.Constant) and n.value in python_buckets.WITHOUT_STACK
+                                            for n in ast.walk(ast.parse(open(os.path.join(d, f)).read())))}
+    assert spelled == {"python_buckets.py"}, spelled
 
 
 def test_the_agent_tools_set_the_buckets_apart(tmp_path):
@@ -169,4 +181,22 @@ def test_the_agent_tools_set_the_buckets_apart(tmp_path):
     rows = {r["function"]: r for r in got["rows"]}
     assert "without_stack" not in rows["spin"] and rows["spin"]["self_share"] == 0.48
     for name, n in ((NO_FRAME, 30), (UNREADABLE, 10), (LOST, 25)):
-        assert rows[name]["self_samples"] == n and rows[name]["without_stack"] == queries.WITHOUT_STACK[name]
+        assert rows[name]["self_samples"] == n and rows[name]["without_stack"] == WITHOUT_STACK[name]
+
+
+def test_timeline_diff_sets_the_buckets_apart(raw, tmp_path):
+    """Two runs, the second with ten times the samples without a frame: timeline diff
+    counts the bucket in the shares but lists it apart, with its reason, never as a
+    function (it used to be the top row, 'Python: <no Python frame>', with no file)."""
+    from timeline.diff import compare
+    base, cand = str(tmp_path / "base.pftrace"), str(tmp_path / "cand.pftrace")
+    convert(raw, base)
+    convert(write_log(tmp_path / "c.tlraw", main=MAIN[:60] + [(0, R.PYF_NO_FRAME)] * 300 + MAIN[90:]), cand)
+    report = compare(base, cand, checks=False)
+    functions = {r.name: r for r in report.rows if r.section == "python"}
+    assert set(functions) == {"spin (train.py)"}
+    assert functions["spin (train.py)"].candidate == pytest.approx(60 / 370)  # a share of all samples
+    got = {r.name: (r.baseline, r.candidate, r.without_stack) for r in report.without_stack}
+    assert got == {NO_FRAME: (pytest.approx(0.3), pytest.approx(300 / 370), WITHOUT_STACK[NO_FRAME]),
+                   UNREADABLE: (pytest.approx(0.1), pytest.approx(10 / 370), WITHOUT_STACK[UNREADABLE])}
+    assert [r["name"] for r in report.to_json()["python_without_stack"]] == [NO_FRAME, UNREADABLE]

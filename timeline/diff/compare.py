@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..python_buckets import WITHOUT_STACK
 from ..terminal import printable
 from . import stats
 from .profile import STATES, Calls, Profile, Steps
@@ -82,21 +83,28 @@ def _call_rows(j: _Judge, section: str, a: Calls, b: Calls, steps_a: int, steps_
     return rows
 
 
-def _python_rows(j: _Judge, a: Profile, b: Profile, ns_per_share: float) -> list[Row]:
-    """Per function its share of the weight; impact: the change of share x ns_per_share."""
+def _python_rows(j: _Judge, a: Profile, b: Profile, ns_per_share: float) -> tuple[list[Row], list[Row]]:
+    """Per function its share of the weight; impact: the change of share x ns_per_share.
+    The samples taken without a stack (python_buckets) count in the shares, but are
+    no function: their rows come apart (second list), each saying why."""
     na, nb = sum(a.python.values()), sum(b.python.values())
-    rows = []
-    names = sorted(set(a.python) | set(b.python), key=lambda n: -(a.python.get(n, 0) / max(na, 1)
-                                                                  + b.python.get(n, 0) / max(nb, 1)))
-    for name in names[:MAX_NAMES]:
+
+    def judged(name: str) -> Row:
         ka, kb = a.python.get(name, 0), b.python.get(name, 0)
         if a.python_source == "samples":
             iv = stats.proportion_diff(ka, na, kb, nb, j.confidence)
         else:  # weights are ns, not counts: no sampling model, no interval
             iv = stats.Interval((kb / nb if nb else 0) - (ka / na if na else 0), None, None)
         row = Row("python", name, "share", "fraction", ka / na if na else None, kb / nb if nb else None, iv.diff)
-        rows.append(j._judged(row, iv, ns_per_share))
-    return rows
+        return j._judged(row, iv, ns_per_share)
+
+    names = set(a.python) | set(b.python)
+    buckets = [judged(name) for name in WITHOUT_STACK if name in names]  # a bucket's frame is its bare name
+    for row in buckets:
+        row.without_stack = WITHOUT_STACK[row.name]
+    functions = sorted(names - set(WITHOUT_STACK), key=lambda n: -(a.python.get(n, 0) / max(na, 1)
+                                                                   + b.python.get(n, 0) / max(nb, 1)))
+    return [judged(name) for name in functions[:MAX_NAMES]], buckets
 
 
 def _severity(result) -> str:
@@ -152,6 +160,7 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
         rows.append(Row("step", "run", "steady state", "ns", float(da.sum()), float(db.sum()),
                         float(db.sum() - da.sum())))
     body: list[Row] = []
+    without_stack: list[Row] = []
     if a.have.get("main thread") and b.have.get("main thread"):
         # per step: a share of the step; per second: of the second
         mean_a, mean_b = (float(np.mean(da)) or 1.0, float(np.mean(db)) or 1.0) if both_steps else (1e9, 1e9)
@@ -175,7 +184,8 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
         # a share of the main thread's CPU samples is a share of its running time
         running = a.states.get("running")
         per_share = float(np.mean(running)) if a.python_source == "samples" and running is not None else step_ns
-        body += _python_rows(j, a, b, per_share)
+        functions, without_stack = _python_rows(j, a, b, per_share)
+        body += functions
     # Unchanged, untested rows of things both runs lack (a state never entered) say nothing.
     body = [r for r in body if (r.baseline or r.candidate)]
     if not both_steps:
@@ -189,7 +199,8 @@ def compare_profiles(a: Profile, b: Profile, min_change: float = MIN_CHANGE, min
     changes = _check_changes(a.checks, b.checks) if a.checks is not None and b.checks is not None else []
     return DiffReport(a.context, b.context, rows + body, changes, only_a, only_b, notes,
                       {"min_change": min_change, "min_impact": min_impact, "confidence": confidence,
-                       "seed": seed, "per": "step" if both_steps else "second of steady state"})
+                       "seed": seed, "per": "step" if both_steps else "second of steady state"},
+                      without_stack=without_stack)
 
 
 def _per_second(p: Profile, scale: float) -> Profile:

@@ -123,6 +123,8 @@ def render_text(report: DiffReport, console) -> None:
                        f"and the change is at least {100 * s['min_change']:g}% and {100 * s['min_impact']:g}% of "
                        f"the baseline's median step; ? too few samples to tell"
                        + (f"; {hidden} more rows in --format json" if hidden else ""), "dim"))
+    if report.without_stack:
+        _print_without_stack(report.without_stack, console)
     if report.checks:
         console.print(Text("checks:", "bold"))
         for c in report.checks:
@@ -142,6 +144,18 @@ def render_text(report: DiffReport, console) -> None:
         verdict = "slower" if reg > 0 else "faster"
         sig = "" if row.significant else " (not significant)"
         console.print(Text(f"median step {100 * abs(reg):.1f}% {verdict}{sig}", "bold"))
+
+
+def _print_without_stack(rows: list[Row], console) -> None:
+    """The main thread's samples taken without a Python stack, a line per bucket: counted in the
+    Python shares, yet no function of the program, so apart from the table (not ranked)."""
+    from rich.text import Text
+
+    console.print(Text("Python samples without a stack (in the shares above; no function):", "bold"))
+    for row in rows:
+        sym, _ = mark(row)
+        console.print(Text(f"{sym or ' '} {row.name}: {value(row, row.baseline)} -> {value(row, row.candidate)} "
+                           f"({change(row)}): {row.without_stack}", "" if row.significant else "dim"))
 
 
 def _rank_line(rd) -> str:

@@ -34,6 +34,7 @@ class Row:
     impact_ns: float = 0.0        # estimated change of the step time (ns per step) it accounts for
     share_baseline: Optional[float] = None    # state rows: share of the step
     share_candidate: Optional[float] = None
+    without_stack: Optional[str] = None       # python rows of samples without a stack: why (python_buckets)
 
     @property
     def relative(self) -> Optional[float]:
@@ -53,6 +54,7 @@ class Row:
             "significant": self.significant, "impact_ns_per_step": num(self.impact_ns),
             **({"share_baseline": num(self.share_baseline), "share_candidate": num(self.share_candidate)}
                if self.share_baseline is not None or self.share_candidate is not None else {}),
+            **({"without_stack": self.without_stack} if self.without_stack else {}),
         }
 
 
@@ -105,6 +107,8 @@ class DiffReport:
     notes: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     ranks: Optional[RankSet] = None   # rank directories: the per-rank diffs (the rows pool all ranks)
+    # Python samples taken without a stack (python_buckets): in the functions' shares, but no function
+    without_stack: list[Row] = field(default_factory=list)
 
     def step_row(self, name: str = "p50") -> Optional[Row]:
         return next((r for r in self.rows if r.section == "step" and r.name == name), None)
@@ -124,6 +128,7 @@ class DiffReport:
             "rows": [r.to_json() for r in self.rows],
             "checks": [c.to_json() for c in self.checks],
             "only_in_baseline": self.only_baseline, "only_in_candidate": self.only_candidate,
+            "python_without_stack": [r.to_json() for r in self.without_stack],
             "notes": self.notes, "settings": self.settings,
             **({"ranks": self.ranks.to_json()} if self.ranks else {}),
         }

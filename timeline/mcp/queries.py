@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..checks.runner import detect_families, prelude_sql
+from ..python_buckets import without_stack
 
 MAX_PROCESSES = 50
 MAX_CMDLINE = 500
@@ -262,17 +263,6 @@ def _public(thread: Optional[dict]) -> Optional[dict]:
     return None if thread is None else {k: v for k, v in thread.items() if k != "utid"}
 
 
-# The one-frame stacks the converter gives samples taken without a Python
-# stack (timeline/pystack/converter.py): counted in the shares, but no
-# function of the user's; each such row says why.
-WITHOUT_STACK = {
-    "<no Python frame>": "the thread held no Python frame (interpreter start-up or shutdown, or C code "
-                         "entered without one)",
-    "<Python stack unreadable>": "the recorder could not read the Python stack",
-    "<Python stack lost>": "the stack was taken, but its record was lost (the recorder's stack ring stayed full)",
-}
-
-
 def _samples(tp, lo, hi, thread, limit) -> dict:
     """The thread's stack samples in the window, by function."""
     tp.query(f"""
@@ -304,5 +294,6 @@ def _samples(tp, lo, hi, thread, limit) -> dict:
                       "self_samples": r["self"], "total_samples": r["total"],
                       "self_share": round(r["self"] / n, 4) if n else None,
                       "total_share": round(r["total"] / n, 4) if n else None,
-                      **({"without_stack": WITHOUT_STACK[r["fn"]]} if not r["file"] and r["fn"] in WITHOUT_STACK
-                         else {})} for r in rows]}
+                      # a one-frame stack of samples taken without one: counted, but no function; why
+                      **({"without_stack": why} if (why := without_stack(r["fn"], r["file"])) else {})}
+                     for r in rows]}

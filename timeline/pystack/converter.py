@@ -25,6 +25,7 @@ import numpy as np
 
 from ..converters.families import FamilyConverter
 from ..converters.interface import Column
+from ..python_buckets import LOST, NO_FRAME, UNREADABLE
 from . import records as R
 from .symbolize import LineTable, decode_tables, line_at
 
@@ -41,13 +42,12 @@ TRUNCATED = f"<more than {R.PY_MAX_FRAMES} frames>"
 # stack: threads with no thread state (C threads: torch's intra-op pool) or
 # none that ever held a frame (torch's autograd device threads keep a state
 # for life and run C++) get no samples track (docs/python-stacks.md).
-NO_FRAME = "<no Python frame>"          # a thread state with no frame on it: start-up, shutdown, C entered frameless
-UNREADABLE = "<Python stack unreadable>"  # the walk could not read the interpreter's memory
+# Their names (NO_FRAME, UNREADABLE, LOST) are core's, timeline/python_buckets.py:
+# timeline mcp and timeline diff set them apart by name.
 BUCKETS = {R.PYF_NO_FRAME: NO_FRAME, R.PYF_FAULT: UNREADABLE}
 # A sample whose stack was taken, but whose stack record never reached the log
 # (its ring was full at every try until the recording ended): its CPU time was
-# spent in Python, where is lost.  Bucketed like the others, under a key no flag has.
-LOST = "<Python stack lost>"
+# spent in Python, where is lost.  Bucketed like the others (LOST), under a key no flag has.
 LOST_KEY = -1
 
 
