@@ -1,4 +1,4 @@
-"""kernel_outliers and gpu_queue_delay through trace_processor vs from the partials in a trace set's
+"""kernel_outliers, gpu_queue_delay and gpu_breakdown through trace_processor vs from the partials in a trace set's
 index (issue 23).
 
     python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000]
@@ -10,7 +10,7 @@ computing the partials adds to conversion.
 Then `timeline check SET --only CHECK` for each, both ways, one worker: from the index, and
 through trace_processor (the same set with its index's partials taken out: how a set written before
 partials is checked). Events/s per core = the set's events / CPU seconds of the step (children
-included). --compare: the log converted as one trace, both checks' SQL on it (each check's own
+included). --compare: the log converted as one trace, the checks' SQL on it (each check's own
 time, after the load and prelude every check shares) and whether the index's findings equal them.
 Prints one line per measurement.
 """
@@ -33,12 +33,12 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 import scale_8gpu  # noqa: E402
 from timeline.checks import partials  # noqa: E402
-from timeline.checks.traceset import check_set  # noqa: E402
+from timeline.checks.traceset import FROM_INDEX, check_set  # noqa: E402
 from timeline.converters import convert  # noqa: E402
 from timeline.identity import invoking_user  # noqa: E402
 from timeline.trace_processor import TraceProcessorConfig  # noqa: E402
 
-CHECKS = ["kernel_outliers", "gpu_queue_delay"]
+CHECKS = ["kernel_outliers", "gpu_queue_delay", "gpu_breakdown"]
 
 
 def cpu() -> float:
@@ -102,6 +102,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=0.1)
     ap.add_argument("--chunk-events", type=int, default=500_000)
+    ap.add_argument("--no-nvtx", action="store_true", help="the log without its NVTX step ranges (with them "
+                    "gpu_breakdown's partial is not written: its per-step row runs through the SQL)")
     ap.add_argument("--keep", help="work in this directory and leave it")
     ap.add_argument("--compare", action="store_true", help="also check the log converted as one trace (SQL) "
                     "and say whether its findings equal the index's")
@@ -110,6 +112,7 @@ def main() -> None:
     os.makedirs(d, exist_ok=True)
     try:
         raw = os.path.join(d, "node.tlraw")
+        scale_8gpu.NVTX = not a.no_nvtx
         counts = scale_8gpu.build(raw, a.minutes)
         print(f"log: {a.minutes:g} min of 8 GPUs, {counts['records']:,} records ({counts['gpu']:,} GPU, "
               f"{counts['cuda']:,} CUDA calls), load {os.getloadavg()[0]:.1f}")
@@ -145,7 +148,8 @@ def main() -> None:
                 r = rep.results[0]
                 if where == res["out"]:
                     fast[check] = r
-                print(f"check {check} {name}: {s:.3f} s wall, {c:.3f} s CPU, {events / max(c, 1e-9) / 1e6:.3f} M "
+                how = "" if where == old or r.note == FROM_INDEX else " (no partial: the SQL per chunk)"
+                print(f"check {check} {name}{how}: {s:.3f} s wall, {c:.3f} s CPU, {events / max(c, 1e-9) / 1e6:.3f} M "
                       f"events/s per core; status {r.status}, {len(r.findings)} findings")
         if a.compare:
             from timeline.checks import run_checks
@@ -159,7 +163,8 @@ def main() -> None:
                 got = fast[want.check.id]
                 print(f"single trace through SQL, {want.check.id}: its own statements {want.seconds:.2f} s (after "
                       f"the load and prelude all checks share); {want.status}, {[f.message for f in want.findings]}; "
-                      f"the index's findings equal: {(got.status, got.findings) == (want.status, want.findings)}")
+                      f"the index's findings equal: {(got.status, got.findings) == (want.status, want.findings)}"
+                      + ("" if got.note == FROM_INDEX else " (no partial in the index: the set's SQL, per chunk)"))
         print(f"load at the end {os.getloadavg()[0]:.1f}")
     finally:
         if not a.keep:

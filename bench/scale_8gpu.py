@@ -109,7 +109,7 @@ def _window(step0: int, steps: int, rng) -> tuple[np.ndarray, np.ndarray, np.nda
         nv = np.zeros(steps, R.GPU_RECORD)
         nv["kind"], nv["start"], nv["end"] = R.NVTX, s0, s0 + STEP_NS - 600_000
         nv["pid"], nv["tid"], nv["name"] = pid, pid, 100
-        gpu += [api, work, nv]
+        gpu += [api, work, nv] if NVTX else [api, work]
         sched.append(_sched(r, s0, step0))
     g = np.concatenate(gpu)
     s = np.concatenate(sched)
@@ -136,6 +136,9 @@ def _sched(rank: int, s0: np.ndarray, step0: int) -> np.ndarray:
         a["tid"][sl], a["target_tid"][sl], a["arg"][sl], a["flags"][sl] = tid, target, arg, flags
     a["prio"] = 120
     return a
+
+
+NVTX = True  # the per-step NVTX ranges (bench/check_partials.py --no-nvtx turns them off)
 
 
 def build(path: str, minutes: float, progress=None) -> dict:

@@ -1,6 +1,7 @@
-"""Checks computed at conversion (timeline/checks/partials): kernel_outliers' partial, written into a
-trace set's index by the converter and merged by `timeline check SET` without trace_processor, gives
-the findings its SQL gives on the same recording converted as one trace.  Synthetic raw logs with
+"""Checks computed at conversion (timeline/checks/partials): kernel_outliers', gpu_queue_delay's and
+gpu_breakdown's partials, written into a trace set's index by the converter and merged by `timeline
+check SET` without trace_processor, give the findings their SQL gives on the same recording converted
+as one trace.  Synthetic raw logs with
 the cuda family's launch calls and the gpu family's kernels (test_gpu_convert.GpuLog), converted both
 ways through the real converter; the SQL through the wasm trace_processor."""
 from __future__ import annotations
@@ -255,3 +256,85 @@ def test_a_partial_too_big_for_the_index_is_left_out(tmp_path, monkeypatch):
     _, got, index, _ = both_ways(tmp_path, training_log(slow={(20, 0): 2000}), "200ms")
     assert "partials" not in index and not any("partials" in c for c in index["chunks"])
     assert got.note == NOT_MERGED
+
+
+def breakdown(path):
+    return set_result(path, "gpu_breakdown")
+
+
+@pytest.mark.parametrize("host_bound", [True, False])
+@pytest.mark.parametrize("copies", [False, True])
+def test_gpu_breakdown_partial_gives_the_sql_findings(tmp_path, host_bound, copies):
+    """test_gpu_convert's scenarios without their NVTX steps: host-bound (the GPU idle half the
+    steady state: warning; the NCCL kernel runs alone after the step's kernels: communication not
+    overlapped) and GPU-bound (ok; the NCCL kernel runs beside compute: not counted), each with and
+    without a copy per step (alone on the host-bound GPU, beside compute on the GPU-bound one);
+    SQL on one trace vs the set's index, severity, text and every fraction."""
+    from test_gpu_convert import check_log
+    one, path, index = converted(tmp_path, check_log(host_bound, steps=False, copies=copies), "3ms")
+    assert "gpu_breakdown" in index.get("partials", {}) and len(index["chunks"]) > 3
+    status, want = sql_findings(one, "gpu_breakdown")
+    got = breakdown(path)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    assert status == ("warning" if host_bound else "ok"), want
+    (f,) = want
+    ev_ = f.evidence
+    assert (ev_["comm_fraction"] > 0.1) == host_bound, ev_
+    assert (ev_["copy_fraction"] > 0.02) == (copies and host_bound), ev_
+    assert ev_["compute_fraction"] > 0.2 and (ev_["idle_fraction"] >= 0.3) == host_bound, ev_
+
+
+def test_gpu_breakdown_over_the_steady_state_only(tmp_path):
+    """The training log whose first steps are start-up (10 ms of GPU work before k4's first launch):
+    left out of the window, as the SQL does; the finding's "from +x s" is the window's start."""
+    g = training_log(slow={(0, 0): 10_000, (20, 0): 2000}, warmup_us=20_000)
+    one, path, index = converted(tmp_path, g, "3ms")
+    status, want = sql_findings(one, "gpu_breakdown")
+    got = breakdown(path)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    assert status == "warning" and "from +0.00 s" not in want[0].message, want
+
+
+def test_gpu_breakdown_with_nvtx_steps_runs_the_sql(tmp_path):
+    """NVTX ranges repeated 3 times or more may be the main thread's steps (the per-step row): the
+    partial is not written and the SQL decides, per chunk; the other GPU partials still are. Twice is
+    too few for a step name: the partial is written and gives the SQL's findings."""
+    from test_gpu_convert import check_log
+    d = tmp_path / "steps"
+    d.mkdir()
+    _, path, index = converted(d, check_log(True), "3ms")
+    assert "gpu_breakdown" not in index["partials"] and {"kernel_outliers", "gpu_queue_delay"} <= set(index["partials"])
+    assert breakdown(path).note == NOT_MERGED
+    g = check_log(True, steps=False)
+    name = g.string(21, "warmup")
+    g.nvtx(name, us(2000), us(2400))
+    g.nvtx(name, us(2500), us(2900))
+    one, path, index = converted(tmp_path, g, "3ms")
+    status, want = sql_findings(one, "gpu_breakdown")
+    got = breakdown(path)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "warning"
+
+
+def test_gpu_breakdown_without_partials_runs_the_sql(tmp_path):
+    """A set written before gpu_breakdown's partial (its key not in the index) and a run with another
+    idle_warn_fraction go through trace_processor."""
+    from test_gpu_convert import check_log
+    _, path, index = converted(tmp_path, check_log(False, steps=False), "3ms")
+    other = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=["gpu_breakdown"], workers=1,
+                      params={"gpu_breakdown": {"idle_warn_fraction": 0.01}}).results[0]
+    assert other.note == NOT_MERGED
+    index["partials"].pop("gpu_breakdown")
+    with open(f"{path}/index.json", "w") as f:
+        json.dump(index, f)
+    assert breakdown(path).note == NOT_MERGED
+
+
+def test_no_gpu_partial_past_max_rows(tmp_path, monkeypatch):
+    """Past MAX_ROWS held rows (GPU work, flow sources, launches) the columns are dropped and none of
+    the GPU partials is written: the SQL runs."""
+    from test_gpu_convert import check_log
+    from timeline.checks.partials import _gpu
+    monkeypatch.setattr(_gpu, "MAX_ROWS", 500)
+    _, path, index = converted(tmp_path, check_log(True, steps=False), "3ms")
+    assert "partials" not in index
+    assert breakdown(path).note == NOT_MERGED

@@ -327,7 +327,9 @@ def test_hostile_records_convert(tmp_path):
 STEPS = 50
 
 
-def check_log(host_bound: bool) -> GpuLog:
+def check_log(host_bound: bool, steps: bool = True, copies: bool = False) -> GpuLog:
+    """steps: an NVTX range 'train_step' around each step; copies: a host-to-device copy on its own
+    stream at each step's start, beside the step's first kernels."""
     g = GpuLog()
     names = {f"k{i}": g.string(i + 1, f"k{i}") for i in range(5)}
     nccl = g.string(9, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
@@ -344,6 +346,10 @@ def check_log(host_bound: bool) -> GpuLog:
     for step in range(STEPS):
         step_ts = t
         t += 1
+        if copies:
+            g.launch("cudaMemcpyAsync", us(t), 5000, [({"kind": R.MEMCPY, "bytes": 1_000_000, "copy_kind": 1},
+                                                       us(t + 2), us(t + 152))], cbid=RUNTIME_MEMCPY_ASYNC, stream=11)
+            t += 1
         if host_bound:
             t += 500
             for i in range(10):
@@ -361,7 +367,8 @@ def check_log(host_bound: bool) -> GpuLog:
                     launch("ncclAllReduce", nccl, 300, 9, start=begin)
                 t += 1
             t += 800
-        g.nvtx(step_name, us(step_ts), us(t))
+        if steps:
+            g.nvtx(step_name, us(step_ts), us(t))
     return g
 
 

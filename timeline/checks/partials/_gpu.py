@@ -1,10 +1,12 @@
 """The GPU checks' inputs, as the converter writes them (the SQL's _tl_gpu, _tl_gpu_owner,
-tl_startup and tl_gpu_window of _prelude.sql), for the partials of kernel_outliers and
-gpu_queue_delay. What is read from the converter's slice batches:
+tl_startup and tl_gpu_window of _prelude.sql), for the partials of kernel_outliers,
+gpu_queue_delay and gpu_breakdown. What is read from the converter's slice batches:
 - GPU work (categories gpu_kernel/gpu_memcpy/gpu_memset, dur > 0): ts, dur, name, device, flow id in;
 - the slices with a flow out (their thread, process, ts, category and `py` arg): who owns each
   device, when each kernel was launched and from which Python line;
 - the kernel launches (their process, ts and kernel): each process' start-up (tl_startup).
+- the NVTX ranges on threads: how many of each name (gpu_breakdown has no partial where one may be
+  a step name), one count per distinct name.
 
 A device's steady state starts after the start-up of the process that owns it, known only once the
 whole recording is read: so the columns are held until the end of the conversion (16 to 33 bytes a
@@ -82,6 +84,8 @@ class GpuColumns:
         self.src: list[tuple] = []      # flow id, tid, pid, py, ts, is a CUDA call
         self._steady = None
         self.launch: list[tuple] = []   # ts, pid, kernel key
+        self.log_start = None           # the log's first record (the converter sets it)
+        self.nvtx: dict[int, int] = {}  # NVTX range name -> how many thread slices of it (gpu_breakdown's steps)
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
 
@@ -103,6 +107,8 @@ class GpuColumns:
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
         """One thread slice (the sink's `slice`: the per-event families, none of them CUDA's)."""
         out, into = flow_ids(flow_out), flow_ids(flow_in)
+        if cat == "nvtx":
+            self._count_nvtx(np.array([self.s.code(str(name))]))
         if cat not in CUDA_CATS and not out:
             return
         cols = [Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None]
@@ -116,6 +122,9 @@ class GpuColumns:
         if not n or self.declined:
             return
         cats = self.s.codes(cat, n)
+        nvtx = cats == self.s.code("nvtx")
+        if nvtx.any():
+            self._count_nvtx(self.s.codes(name, n)[nvtx])
         cuda = np.isin(cats, [self.s.code(c) for c in CUDA_CATS])
         tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
         pids = None
@@ -177,6 +186,11 @@ class GpuColumns:
         fin = fin[:, 0] if fin.shape[1] else np.zeros(n, np.uint64)
         self.gpu.append((ts[gpu], np.asarray(dur, np.int64)[gpu], self.s.codes(name, n)[gpu].astype(np.int32),
                          cats[gpu] == self.s.code("gpu_kernel"), device[gpu].astype(np.int32), fin[gpu]))
+
+    def _count_nvtx(self, names: np.ndarray) -> None:
+        uniq, cnt = np.unique(names, return_counts=True)
+        for c, k in zip(uniq.tolist(), cnt.tolist()):
+            self.nvtx[c] = self.nvtx.get(c, 0) + k
 
     # -- the partial
     def steady(self):
