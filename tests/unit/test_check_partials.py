@@ -295,13 +295,44 @@ def test_gpu_breakdown_over_the_steady_state_only(tmp_path):
     assert status == "warning" and "from +0.00 s" not in want[0].message, want
 
 
-def test_gpu_breakdown_with_nvtx_steps_runs_the_sql(tmp_path):
-    """NVTX ranges repeated 3 times or more may be the main thread's steps (the per-step row): the
-    partial is not written and the SQL decides, per chunk; the other GPU partials still are. Twice is
-    too few for a step name: the partial is written and gives the SQL's findings."""
+@pytest.mark.parametrize("host_bound", [True, False])
+def test_gpu_breakdown_per_step_row_gives_the_sql_findings(tmp_path, host_bound):
+    """test_gpu_convert's scenarios with their NVTX steps on the marked main thread (host-bound: one
+    slow kernel makes step 30 the worst), plus ranges inside steps (one of the step name: not a step)
+    and another thread's ranges of more total time (not the main thread's): both rows, from the index,
+    equal the unsplit trace's SQL. Steps cross chunk boundaries (3 ms chunks)."""
+    from test_gpu_convert import WORKER, check_log
+    g = check_log(host_bound)
+    inner, loader = g.string(22, "forward"), g.string(23, "load_batch")
+    for k in range(STEPS_WITH_INNER):
+        start = us(2400 + 1600 * k) if host_bound else us(2200 + 1900 * k)
+        g.nvtx(inner, start, start + 30_000, depth=1)
+    g.nvtx(20, us(2401), us(2420), depth=2)  # the step name nested inside a step
+    for k in range(4):
+        g.nvtx(loader, us(2000 + 20_000 * k), us(2000 + 20_000 * k + 19_000), tid=WORKER)
+    one, path, index = converted(tmp_path, g, "3ms")
+    assert "gpu_breakdown" in index["partials"]
+    status, want = sql_findings(one, "gpu_breakdown")
+    got = breakdown(path)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    steps = [f for f in want if "per step" in f.message]
+    assert len(steps) == 1 and "'train_step', 50 steps" in steps[0].message
+    avg, worst = re.findall(r"(\d+)% (?:on average|in the worst)", steps[0].message)
+    assert int(worst) > int(avg) or not host_bound  # uneven steps: which one is the worst matters
+
+
+STEPS_WITH_INNER = 5
+
+
+def test_gpu_breakdown_without_a_main_thread_marker_runs_the_sql(tmp_path, monkeypatch):
+    """Without the recorder's marker the SQL picks the main thread by other rules (launches, then
+    scheduling): no partial, the SQL decides; the other GPU partials still are written. NVTX names
+    repeated twice are too few for a step name: the partial is written, without a step row."""
+    from timeline.kctx import dataloader
     from test_gpu_convert import check_log
     d = tmp_path / "steps"
     d.mkdir()
+    monkeypatch.setattr(dataloader, "MAIN", "unmarked")
     _, path, index = converted(d, check_log(True), "3ms")
     assert "gpu_breakdown" not in index["partials"] and {"kernel_outliers", "gpu_queue_delay"} <= set(index["partials"])
     assert breakdown(path).note == NOT_MERGED

@@ -5,8 +5,8 @@ gpu_queue_delay and gpu_breakdown. What is read from the converter's slice batch
 - the slices with a flow out (their thread, process, ts, category and `py` arg): who owns each
   device, when each kernel was launched and from which Python line;
 - the kernel launches (their process, ts and kernel): each process' start-up (tl_startup).
-- the NVTX ranges on threads: how many of each name (gpu_breakdown has no partial where one may be
-  a step name), one count per distinct name.
+- the NVTX ranges on threads (ts, dur, thread, name) and the recorder's main-thread markers
+  (category dataloader, 'main training thread'): gpu_breakdown's per-step row.
 
 A device's steady state starts after the start-up of the process that owns it, known only once the
 whole recording is read: so the columns are held until the end of the conversion (16 to 33 bytes a
@@ -30,6 +30,7 @@ GPU_CATS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
 CUDA_CATS = ("cuda", "cuda_driver", "nccl")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
             "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
+MAIN_CAT, MAIN_MARK = "dataloader", "main training thread"  # the prelude's _tl_main_pick, first rule
 MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
 
 
@@ -86,6 +87,8 @@ class GpuColumns:
         self.launch: list[tuple] = []   # ts, pid, kernel key
         self.log_start = None           # the log's first record (the converter sets it)
         self.nvtx: dict[int, int] = {}  # NVTX range name -> how many thread slices of it (gpu_breakdown's steps)
+        self.ranges: list[tuple] = []   # NVTX thread slices: ts, dur, tid, pid, name (gpu_breakdown's steps)
+        self.marks: list[tuple] = []    # the recorder's main-thread markers: dur, tid, pid
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
 
@@ -93,7 +96,7 @@ class GpuColumns:
         self.rows += n
         if self.rows > MAX_ROWS and not self.declined:
             self.declined = f"more than {MAX_ROWS:,} rows"
-            self.gpu, self.src, self.launch = [], [], []
+            self.gpu, self.src, self.launch, self.ranges = [], [], [], []
         return not self.declined
 
     def _pids(self, tid: np.ndarray, pid) -> np.ndarray:
@@ -109,6 +112,11 @@ class GpuColumns:
         out, into = flow_ids(flow_out), flow_ids(flow_in)
         if cat == "nvtx":
             self._count_nvtx(np.array([self.s.code(str(name))]))
+            if self._hold(1):
+                self.ranges.append((np.array([ts], np.int64), np.array([dur], np.int64), np.array([tid], np.int64),
+                                    self._pids(np.array([tid], np.int64), pid), np.array([self.s.code(str(name))])))
+        if cat == MAIN_CAT and name == MAIN_MARK:
+            self.marks.append((int(dur), int(tid), int(pid if pid is not None else self.pid_of(tid) or tid)))
         if cat not in CUDA_CATS and not out:
             return
         cols = [Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None]
@@ -124,7 +132,14 @@ class GpuColumns:
         cats = self.s.codes(cat, n)
         nvtx = cats == self.s.code("nvtx")
         if nvtx.any():
-            self._count_nvtx(self.s.codes(name, n)[nvtx])
+            names = self.s.codes(name, n)[nvtx]
+            self._count_nvtx(names)
+            if self._hold(int(nvtx.sum())):
+                t = np.broadcast_to(np.asarray(tid, np.int64), (n,))[nvtx]
+                self.ranges.append((ts[nvtx], np.broadcast_to(np.asarray(dur, np.int64), (n,))[nvtx].copy(),
+                                    t.copy(), self._pids(t, None if pid is None else
+                                                         np.broadcast_to(np.asarray(pid, np.int64), (n,))[nvtx]),
+                                    names))
         cuda = np.isin(cats, [self.s.code(c) for c in CUDA_CATS])
         tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
         pids = None

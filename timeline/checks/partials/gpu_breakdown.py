@@ -11,15 +11,20 @@ and the recording's start (the finding's "from +x s", from trace_start(): the se
 first record; where the set starts later, at its first activity, there is no partial). Each chunk's
 part is empty.
 
-The per-step row (the main thread's NVTX step ranges) is not modelled: it hangs on the prelude's
-main thread (tl_main_thread: the recorder's marker, else the thread with the most launches, else
-scheduling data) and on trace_processor's nesting of NVTX ranges. So there is no partial (the SQL
-runs) as soon as the recording holds an NVTX range name on 3 or more thread slices, the least the
-SQL needs for a step name (_tl_gb_stepname: count(*) >= 3); below that the SQL has no step row either.
+The per-step row: the steps are the main thread's top-level NVTX ranges (none of its NVTX ranges
+encloses them) of the name it repeats 3+ times with the most total time, numbered by start; per step
+and device, idle = 1 - |the device's work (all of it, not only the steady state) within the step| /
+the step's duration, the union of intervals the SQL's cumulative busy time amounts to. The main
+thread is the prelude's first rule only: the recorder's marker (the longest one). Where the SQL
+would reach for another rule (no marker) or break a tie (two longest markers, two step names of the
+same total time, two ranges of different names with the same start and end) while a name repeats
+3+ times, there is no partial. The set's part holds each device's step row, ready.
 
 No partial (the SQL runs) where _gpu.py has none, or for other parameters than the defaults.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -28,7 +33,7 @@ from ...gpu import intervals
 from ._gpu import GpuColumns, _fixed, _round, made_with
 
 CHECK = "gpu_breakdown"
-VERSION = 1
+VERSION = 2  # 2: the per-step row
 STEP_MIN = 3  # _tl_gb_stepname's "having count(*) >= 3"
 Collector = GpuColumns
 HINT = "the GPU waits for work: host_gpu_gaps and gpu_queue_delay say whether the host is too slow to feed it"
@@ -40,11 +45,12 @@ def _comm(name: str) -> bool:
 
 
 def part(cols: GpuColumns, starts) -> dict | None:
-    if any(n >= STEP_MIN for n in cols.nvtx.values()):
-        return None  # maybe a per-step row: the SQL decides (the module doc)
     g = cols.steady()
     if g is None or not len(starts) or cols.log_start != int(starts[0]):
         return None  # the set starts after the log's first record (a ring dump's earlier process records)
+    steps = _steps(cols) if any(n >= STEP_MIN for n in cols.nvtx.values()) else ([], None)
+    if steps is None:
+        return None  # the SQL's main thread or step name is not certain here (the module doc)
     strings = cols.s.strings
     names = np.unique(g["name"])
     comm_names = [c for c in names.tolist() if c >= 0 and _comm(strings[c])]
@@ -57,9 +63,78 @@ def part(cols: GpuColumns, starts) -> dict | None:
         lo, hi = int(g["window"][d]), int(e[on].max())
         k, kc, busy = (_covered(s[m], e[m], lo, hi) for m in (on & compute, on & (compute | comm), on))
         devices[str(dev)] = [lo, hi - lo, k, kc - k, busy - kc, busy]
+    per_step = {}
+    (step_ts, step_dur), name = steps if steps[1] is not None else ((None, None), None)
+    if name is not None:
+        for d, dev in enumerate(g["devices"].tolist()):
+            on = g["device_i"] == d
+            row = _step_row(s[on], e[on], step_ts, step_dur)
+            if row is not None:
+                per_step[str(dev)] = row
     return {"set": {"version": VERSION, "params": BY_ID[CHECK].defaults(), "start": int(starts[0]),
-                    "devices": devices},
+                    "devices": devices, "step_name": name, "steps": per_step},
             "chunks": [{} for _ in range(len(starts))]}
+
+
+def _steps(cols: GpuColumns):
+    """((ts, dur) of the steps in start order, the step name), ([], None) without a step name, or
+    None where the SQL's choice is not certain (the module doc)."""
+    longest = max((m[0] for m in cols.marks), default=None)
+    mains = {(tid, pid) for d, tid, pid in cols.marks if d == longest}
+    if len(mains) != 1 or not cols.ranges:
+        return None
+    tid, pid = mains.pop()
+    ts, dur, t, p, name = (np.concatenate(c) for c in zip(*cols.ranges))
+    mine = (t == tid) & (p == pid)
+    ts, dur, name = ts[mine], dur[mine], name[mine]
+    o = np.lexsort((-(ts + dur), ts))
+    ts, dur, name = ts[o], dur[o], name[o]
+    same = (ts[1:] == ts[:-1]) & (dur[1:] == dur[:-1]) & (name[1:] != name[:-1])
+    if same.any():
+        return None  # which one trace_processor nests in the other is its own order
+    top = np.zeros(ts.size, bool)
+    open_end = None  # the end of the top-level range open at this start (the converter nests them)
+    for i, (a, b) in enumerate(zip(ts.tolist(), (ts + dur).tolist())):
+        if open_end is None or b > open_end or a >= open_end:
+            top[i], open_end = True, b
+    ts, dur, name = ts[top], dur[top], name[top]
+    names, inv, cnt = np.unique(name, return_inverse=True, return_counts=True)
+    total = np.zeros(names.size, np.int64)
+    np.add.at(total, inv.reshape(-1), dur)
+    ok = cnt >= STEP_MIN
+    if not ok.any():
+        return [], None
+    best = total[ok].max()
+    if int((total[ok] == best).sum()) > 1:
+        return None  # the SQL's order by sum(dur) desc limit 1 picks one of them
+    c = int(names[ok][total[ok] == best][0])
+    m = name == c
+    return (ts[m], dur[m]), cols.s.strings[c]
+
+
+def _step_row(s: np.ndarray, e: np.ndarray, step_ts: np.ndarray, step_dur: np.ndarray):
+    """A device's step row: [steps, avg idle, max idle, worst step, its ts, its dur], or None (no step
+    of positive duration). Busy time within a step from the union of the device's work."""
+    us, ue = intervals.merge(s, e)
+    before = np.concatenate([[0], np.cumsum(ue - us)])
+
+    def busy_until(t):
+        i = np.searchsorted(us, t, "right")  # intervals starting at or before t
+        last = np.maximum(i - 1, 0)
+        inside = np.where(i > 0, np.minimum(t - us[last], ue[last] - us[last]), 0)
+        return before[np.maximum(i - 1, 0)] * (i > 0) + inside
+    number = np.arange(1, step_ts.size + 1)
+    pos = step_dur > 0
+    if not pos.any() or not us.size:
+        idle = np.ones(int(pos.sum()))
+    else:
+        a, b = step_ts[pos], step_ts[pos] + step_dur[pos]
+        idle = 1.0 - 1.0 * (busy_until(b) - busy_until(a)) / step_dur[pos]
+    if not idle.size:
+        return None
+    w = int(np.flatnonzero(idle == idle.max())[0])  # ties: the earliest step
+    return [int(idle.size), math.fsum(idle.tolist()) / idle.size, float(idle.max()), int(number[pos][w]),
+            int(step_ts[pos][w]), int(step_dur[pos][w])]
 
 
 def _covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
@@ -89,4 +164,10 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
                      "comm_fraction": _round(1.0 * comm_only / span, 4),
                      "copy_fraction": _round(1.0 * copy_only / span, 4),
                      "idle_fraction": _round(1.0 * (span - busy) / span, 4)})
+    for dev, (n, avg, worst, step, ts, dur) in sorted(set_part["steps"].items(), key=lambda kv: int(kv[0])):
+        text = (f"GPU {int(dev)} per step (NVTX range '{set_part['step_name']}', {n} steps): idle "
+                f"{_fixed(100.0 * avg, 0)}% on average, {_fixed(100.0 * worst, 0)}% in the worst step (step {step})")
+        rows.append({"severity": "info", "finding": text, "ts": ts, "dur": dur, "hint": None, "device": int(dev),
+                     "compute_fraction": None, "comm_fraction": None, "copy_fraction": None,
+                     "idle_fraction": _round(avg, 4)})
     return rows
