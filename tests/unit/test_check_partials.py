@@ -369,3 +369,30 @@ def test_no_gpu_partial_past_max_rows(tmp_path, monkeypatch):
     _, path, index = converted(tmp_path, check_log(True, steps=False), "3ms")
     assert "partials" not in index
     assert breakdown(path).note == NOT_MERGED
+
+
+def test_gpu_breakdown_steps_only_where_the_sql_choice_is_certain():
+    """gpu_breakdown's step picking on its own (the converter's held columns faked): the marked
+    thread's top-level ranges of the most-time name; no partial (None) on each tie the SQL breaks by
+    trace_processor's own order: two longest markers, two step names of equal total time, two ranges
+    of different names over the same span."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    from timeline.checks.partials.gpu_breakdown import _steps
+
+    def cols(marks, ranges):  # ranges: (ts, dur, tid, name id)
+        arr = [(np.array([ts]), np.array([dur]), np.array([tid]), np.array([1]), np.array([n]))
+               for ts, dur, tid, n in ranges]
+        return SimpleNamespace(marks=marks, ranges=arr, s=SimpleNamespace(strings={1: "step", 2: "fwd", 3: "other"}))
+
+    steps = [(100 * k, 50, 7, 1) for k in range(3)] + [(100 * k + 10, 5, 7, 2) for k in range(3)]
+    (ts, dur), name = _steps(cols([(1000, 7, 1)], steps))
+    assert name == "step" and ts.tolist() == [0, 100, 200] and dur.tolist() == [50, 50, 50]
+    # another thread's name of more time is not the main thread's
+    (ts, _), name = _steps(cols([(1000, 7, 1)], steps + [(1000 + 500 * k, 400, 8, 3) for k in range(3)]))
+    assert name == "step" and ts.tolist() == [0, 100, 200]
+    assert _steps(cols([(1000, 7, 1), (1000, 8, 1)], steps)) is None  # tied markers
+    assert _steps(cols([(1000, 7, 1)], steps + [(1000 + 100 * k, 50, 7, 3) for k in range(3)])) is None  # tied names
+    assert _steps(cols([(1000, 7, 1)], steps + [(0, 50, 7, 3)])) is None  # same span, another name
+    assert _steps(cols([], steps)) is None  # no marker
