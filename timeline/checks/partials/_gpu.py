@@ -25,6 +25,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 
 from ...converters.interface import Column, flow_ids
+from ...gpu import intervals
 
 GPU_CATS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
 CUDA_CATS = ("cuda", "cuda_driver", "nccl")
@@ -111,10 +112,11 @@ class GpuColumns:
         """One thread slice (the sink's `slice`: the per-event families, none of them CUDA's)."""
         out, into = flow_ids(flow_out), flow_ids(flow_in)
         if cat == "nvtx":
-            self._count_nvtx(np.array([self.s.code(str(name))]))
+            code = np.array([self.s.code(str(name))])
+            self._count_nvtx(code)
             if self._hold(1):
                 self.ranges.append((np.array([ts], np.int64), np.array([dur], np.int64), np.array([tid], np.int64),
-                                    self._pids(np.array([tid], np.int64), pid), np.array([self.s.code(str(name))])))
+                                    self._pids(np.array([tid], np.int64), pid), code))
         if cat == MAIN_CAT and name == MAIN_MARK:
             self.marks.append((int(dur), int(tid), int(pid if pid is not None else self.pid_of(tid) or tid)))
         if cat not in CUDA_CATS and not out:
@@ -295,6 +297,12 @@ def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
 def nearest_rank(srt: np.ndarray, q: float) -> int:
     """The q-th percentile of sorted values by nearest rank, as the prelude's _tl_percentiles."""
     return int(srt[max(1, math.ceil(q * srt.size)) - 1])
+
+
+def covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
+    """ns of [lo, hi) covered by the union of the intervals [s, e) (the gpu family's busy union)."""
+    us, ue = intervals.merge(np.clip(s, lo, hi), np.clip(e, lo, hi))
+    return int((ue - us).sum())
 
 
 def made_with(set_part, version: int, params: dict) -> bool:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..catalog import BY_ID
 from ...gpu import intervals
-from ._gpu import GpuColumns, _fixed, _round, made_with
+from ._gpu import GpuColumns, _fixed, _round, covered, made_with
 
 CHECK = "gpu_breakdown"
 VERSION = 2  # 2: the per-step row
@@ -61,7 +61,7 @@ def part(cols: GpuColumns, starts) -> dict | None:
     for d, dev in enumerate(g["devices"].tolist()):
         on = g["device_i"] == d
         lo, hi = int(g["window"][d]), int(e[on].max())
-        k, kc, busy = (_covered(s[m], e[m], lo, hi) for m in (on & compute, on & (compute | comm), on))
+        k, kc, busy = (covered(s[m], e[m], lo, hi) for m in (on & compute, on & (compute | comm), on))
         devices[str(dev)] = [lo, hi - lo, k, kc - k, busy - kc, busy]
     per_step = {}
     (step_ts, step_dur), name = steps if steps[1] is not None else ((None, None), None)
@@ -136,11 +136,6 @@ def _step_row(s: np.ndarray, e: np.ndarray, step_ts: np.ndarray, step_dur: np.nd
     return [int(idle.size), math.fsum(idle.tolist()) / idle.size, float(idle.max()), int(number[pos][w]),
             int(step_ts[pos][w]), int(step_dur[pos][w])]
 
-
-def _covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
-    """ns of [lo, hi) covered by the union of the intervals [s, e)."""
-    us, ue = intervals.merge(np.clip(s, lo, hi), np.clip(e, lo, hi))
-    return int((ue - us).sum())
 
 
 def merge(set_part: dict, chunk_parts: list, params: dict):

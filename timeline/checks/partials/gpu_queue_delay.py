@@ -15,8 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import BY_ID
-from ...gpu import intervals
-from ._gpu import GpuColumns, _fixed, _round, made_with, nearest_rank
+from ._gpu import GpuColumns, _fixed, _round, covered, made_with, nearest_rank
 
 CHECK = "gpu_queue_delay"
 VERSION = 1
@@ -34,7 +33,7 @@ def part(cols: GpuColumns, starts) -> dict | None:
         on = g["device_i"] == d
         start = int(g["window"][d])
         end = int((g["ts"][on] + g["dur"][on]).max())
-        busy = _covered(g["ts"][on], g["ts"][on] + g["dur"][on], start, end)
+        busy = covered(g["ts"][on], g["ts"][on] + g["dur"][on], start, end)
         q = on & g["kernel"] & g["steady"] & g["from_call"]
         delay = np.sort(g["ts"][q] - g["call_ts"][q])
         n = delay.size
@@ -45,11 +44,6 @@ def part(cols: GpuColumns, starts) -> dict | None:
     return {"set": {"version": VERSION, "params": BY_ID[CHECK].defaults(), "devices": devices},
             "chunks": [{} for _ in range(len(starts))]}
 
-
-def _covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
-    """ns of [lo, hi) covered by the union of the intervals [s, e) (the gpu family's busy union)."""
-    us, ue = intervals.merge(np.clip(s, lo, hi), np.clip(e, lo, hi))
-    return int((ue - us).sum())
 
 
 def merge(set_part: dict, chunk_parts: list, params: dict):
