@@ -7,7 +7,9 @@ ways through the real converter; the SQL through the wasm trace_processor."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 
 import pytest
 
@@ -18,6 +20,7 @@ from timeline.pystack import probes
 from timeline.pystack import records as PY
 from timeline import events as ev
 from timeline.checks import run_checks
+from timeline.checks.runner import prelude_sql
 from timeline.checks.traceset import FROM_INDEX, NOT_MERGED, check_set
 from timeline.converters import convert
 from timeline.converters.trace_set import SplitSpec
@@ -374,8 +377,8 @@ def test_no_gpu_partial_past_max_rows(tmp_path, monkeypatch):
 def test_gpu_breakdown_steps_only_where_the_sql_choice_is_certain():
     """gpu_breakdown's step picking on its own (the converter's held columns faked): the marked
     thread's top-level ranges of the most-time name; no partial (None) on each tie the SQL breaks by
-    trace_processor's own order: two longest markers, two step names of equal total time, two ranges
-    of different names over the same span."""
+    trace_processor's own order: two longest markers alike but for their process, two step names of
+    equal total time, two ranges of different names over the same span."""
     import numpy as np
     from types import SimpleNamespace
 
@@ -387,12 +390,41 @@ def test_gpu_breakdown_steps_only_where_the_sql_choice_is_certain():
         return SimpleNamespace(marks=marks, ranges=arr, s=SimpleNamespace(strings={1: "step", 2: "fwd", 3: "other"}))
 
     steps = [(100 * k, 50, 7, 1) for k in range(3)] + [(100 * k + 10, 5, 7, 2) for k in range(3)]
-    (ts, dur), name = _steps(cols([(1000, 7, 1)], steps))
+    (ts, dur), name = _steps(cols([(1000, 0, 7, 1)], steps))
     assert name == "step" and ts.tolist() == [0, 100, 200] and dur.tolist() == [50, 50, 50]
     # another thread's name of more time is not the main thread's
-    (ts, _), name = _steps(cols([(1000, 7, 1)], steps + [(1000 + 500 * k, 400, 8, 3) for k in range(3)]))
+    other = [(1000 + 500 * k, 400, 8, 3) for k in range(3)]
+    (ts, _), name = _steps(cols([(1000, 0, 7, 1)], steps + other))
     assert name == "step" and ts.tolist() == [0, 100, 200]
-    assert _steps(cols([(1000, 7, 1), (1000, 8, 1)], steps)) is None  # tied markers
-    assert _steps(cols([(1000, 7, 1)], steps + [(1000 + 100 * k, 50, 7, 3) for k in range(3)])) is None  # tied names
-    assert _steps(cols([(1000, 7, 1)], steps + [(0, 50, 7, 3)])) is None  # same span, another name
+    # markers (dur, ts, tid, pid) of one length: the earliest, then the lowest tid, as the prelude
+    # picks; alike but for the process (merged machines): the SQL's row order, no partial
+    assert _steps(cols([(1000, 0, 8, 1), (1000, 0, 7, 1)], steps + other))[1] == "step"
+    assert _steps(cols([(1000, 0, 7, 1), (1000, 0, 8, 1)], steps + other))[1] == "step"
+    assert _steps(cols([(1000, 5, 7, 1), (1000, 0, 8, 1)], steps + other))[1] == "other"
+    assert _steps(cols([(999, 0, 8, 1), (1000, 5, 7, 1)], steps + other))[1] == "step"
+    assert _steps(cols([(1000, 0, 7, 1), (1000, 0, 7, 2)], steps)) is None
+    assert _steps(cols([(1000, 0, 7, 1)], steps + [(1000 + 100 * k, 50, 7, 3) for k in range(3)])) is None  # tied names
+    assert _steps(cols([(1000, 0, 7, 1)], steps + [(0, 50, 7, 3)])) is None  # same span, another name
     assert _steps(cols([], steps)) is None  # no marker
+
+
+def test_gpu_breakdown_on_ranks_marked_over_one_span(tmp_path):
+    """bench/scale_8gpu.py's node: 8 ranks, each main thread marked over the same span (torchrun's
+    ranks recorded as one job). The prelude takes the earliest marker, then the lowest tid, and so
+    does the partial: the per-step row comes from the index, equal to the single trace's SQL."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import scale_8gpu
+
+    raw = str(tmp_path / "node.tlraw")
+    scale_8gpu.build(raw, 0.0)  # its shortest: 10 steps of 100 launches per rank
+    one = str(tmp_path / "one.pftrace")
+    convert(raw, one)
+    res = convert(raw, str(tmp_path / "set.pftrace"), split=SplitSpec(duration_ns=30_000_000))
+    status, want = sql_findings(one, "gpu_breakdown")
+    got = breakdown(res.out_path)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    assert sum("per step (NVTX range 'train_step'" in f.message for f in want) == 8
+    with open_trace(one, engine="wasm") as tp:
+        tp.query(prelude_sql())
+        why, tid = tp.query("select why, tid from tl_main_thread").rows[0]
+    assert why.startswith("marked") and tid == scale_8gpu.pid_of(0)

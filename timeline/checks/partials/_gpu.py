@@ -89,7 +89,7 @@ class GpuColumns:
         self.log_start = None           # the log's first record (the converter sets it)
         self.nvtx: dict[int, int] = {}  # NVTX range name -> how many thread slices of it (gpu_breakdown's steps)
         self.ranges: list[tuple] = []   # NVTX thread slices: ts, dur, tid, pid, name (gpu_breakdown's steps)
-        self.marks: list[tuple] = []    # the recorder's main-thread markers: dur, tid, pid
+        self.marks: list[tuple] = []    # the recorder's main-thread markers: dur, ts, tid, pid
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
 
@@ -118,7 +118,7 @@ class GpuColumns:
                 self.ranges.append((np.array([ts], np.int64), np.array([dur], np.int64), np.array([tid], np.int64),
                                     self._pids(np.array([tid], np.int64), pid), code))
         if cat == MAIN_CAT and name == MAIN_MARK:
-            self.marks.append((int(dur), int(tid), int(pid if pid is not None else self.pid_of(tid) or tid)))
+            self.marks.append((int(dur), int(ts), int(tid), int(pid if pid is not None else self.pid_of(tid) or tid)))
         if cat not in CUDA_CATS and not out:
             return
         cols = [Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None]
@@ -292,6 +292,18 @@ def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
     srt, order = src
     at = np.minimum(np.searchsorted(srt, g_flow), s_id.size - 1)
     return np.where((g_flow != 0) & (srt[at] == g_flow), order[at], -1)
+
+
+def marked_main(marks) -> tuple[int, int] | None:
+    """(tid, pid) of the main thread by the prelude's first rule (`_tl_main_pick`): the longest of the
+    recorder's markers (dur, ts, tid, pid), ties to the earliest, then the lowest tid; None without a
+    marker, or where that still ties between two processes (same tid: merged machines), which the SQL
+    then breaks by trace_processor's row order."""
+    if not marks:
+        return None
+    key = min((-d, ts, tid) for d, ts, tid, _ in marks)
+    who = {(tid, pid) for d, ts, tid, pid in marks if (-d, ts, tid) == key}
+    return who.pop() if len(who) == 1 else None
 
 
 def nearest_rank(srt: np.ndarray, q: float) -> int:

@@ -15,10 +15,11 @@ The per-step row: the steps are the main thread's top-level NVTX ranges (none of
 encloses them) of the name it repeats 3+ times with the most total time, numbered by start; per step
 and device, idle = 1 - |the device's work (all of it, not only the steady state) within the step| /
 the step's duration, the union of intervals the SQL's cumulative busy time amounts to. The main
-thread is the prelude's first rule only: the recorder's marker (the longest one). Where the SQL
-would reach for another rule (no marker) or break a tie (two longest markers, two step names of the
-same total time, two ranges of different names with the same start and end) while a name repeats
-3+ times, there is no partial. The set's part holds each device's step row, ready.
+thread is the prelude's first rule only: the recorder's marker (the longest one; ties to the
+earliest, then the lowest tid: _gpu.marked_main). Where the SQL would reach for another rule (no
+marker) or break a tie by trace_processor's order (two markers alike but for the process, two step
+names of the same total time, two ranges of different names with the same start and end) while a
+name repeats 3+ times, there is no partial. The set's part holds each device's step row, ready.
 
 No partial (the SQL runs) where _gpu.py has none, or for other parameters than the defaults.
 """
@@ -30,7 +31,7 @@ import numpy as np
 
 from ..catalog import BY_ID
 from ...gpu import intervals
-from ._gpu import GpuColumns, _fixed, _round, covered, made_with
+from ._gpu import GpuColumns, _fixed, _round, covered, made_with, marked_main
 
 CHECK = "gpu_breakdown"
 VERSION = 2  # 2: the per-step row
@@ -79,11 +80,10 @@ def part(cols: GpuColumns, starts) -> dict | None:
 def _steps(cols: GpuColumns):
     """((ts, dur) of the steps in start order, the step name), ([], None) without a step name, or
     None where the SQL's choice is not certain (the module doc)."""
-    longest = max((m[0] for m in cols.marks), default=None)
-    mains = {(tid, pid) for d, tid, pid in cols.marks if d == longest}
-    if len(mains) != 1 or not cols.ranges:
+    main = marked_main(cols.marks)
+    if main is None or not cols.ranges:
         return None
-    tid, pid = mains.pop()
+    tid, pid = main
     ts, dur, t, p, name = (np.concatenate(c) for c in zip(*cols.ranges))
     mine = (t == tid) & (p == pid)
     ts, dur, name = ts[mine], dur[mine], name[mine]

@@ -59,15 +59,20 @@ limit 1;
 -- launcher); its busiest thread. The marker comes first: in PyTorch the
 -- backward pass runs on autograd's own thread (pt_autograd_<device>), which
 -- often launches more kernels than the main thread (tl_backward_thread).
+-- Ties are broken by what the trace says, never by trace_processor's row
+-- order: the earliest marker, then the lowest tid (every rank of a torchrun
+-- job attached with --pid is marked over the same span); the thread that
+-- launched first. So the converter's partials (checks/partials) can make the
+-- same choice.
 create or replace perfetto table _tl_main_pick as
 select * from (
   select * from (select tt.utid, 1 as prio, 'marked as the main training thread by the recorder' as why
-                 from slice s join thread_track tt on s.track_id = tt.id
+                 from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid)
                  where s.category = 'dataloader' and s.name = 'main training thread'
-                 order by s.dur desc limit 1)
+                 order by s.dur desc, s.ts, t.tid limit 1)
   union all
   select * from (select utid, 2, 'issues the most kernel launches'
-                 from _tl_launches group by utid order by count(*) desc limit 1)
+                 from _tl_launches group by utid order by count(*) desc, min(ts) limit 1)
   union all
   select * from (select r.utid, 3, 'leader thread of the training process'
                  from _tl_run r join thread t using (utid)
