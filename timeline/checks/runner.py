@@ -117,9 +117,51 @@ def render_sql(check: Check, params: dict[str, float]) -> str:
     return _substitute(check.sql(), params, f"{check.id}.sql")
 
 
-def prelude_sql() -> str:
+def prelude_sql(checks: Optional[Iterable[Check]] = None) -> str:
+    """The shared tables and macros the checks read; with `checks`, only the statements they need
+    (prelude_needs): on a trace set whose heavy checks came from the index, the chunks' engines
+    then skip the GPU timeline sweeps no remaining check reads."""
     with open(os.path.join(SQL_DIR, "_prelude.sql"), encoding="utf-8") as f:
-        return _substitute(f.read(), {"window_cap": WINDOW_CAP}, "_prelude.sql")
+        text = _substitute(f.read(), {"window_cap": WINDOW_CAP}, "_prelude.sql")
+    if checks is None:
+        return text
+    keep = prelude_needs([c.sql() for c in checks], text)
+    return "".join(body + ";\n" for name, body in _prelude_statements(text) if name in keep)
+
+
+_DEFINES = re.compile(r"^\s*create\s+or\s+replace\s+perfetto\s+(?:table|view|macro|function)\s+(\w+)", re.I)
+
+
+def _prelude_statements(text: str) -> list[tuple[str, str]]:
+    """(name defined, statement) for each statement of the prelude, comments left out. Each one is a
+    `create or replace perfetto table|macro NAME`; a semicolon appears in comments only (a test holds
+    the prelude to that)."""
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    out = []
+    for body in (b.strip() for b in code.split(";")):
+        if not body:
+            continue
+        m = _DEFINES.match(body)
+        if m is None:
+            raise ValueError(f"_prelude.sql: a statement that defines nothing: {body[:60]!r}")
+        out.append((m.group(1), body))
+    return out
+
+
+def prelude_needs(sqls: Iterable[str], text: Optional[str] = None) -> set[str]:
+    """The prelude names the given SQL reads, directly or through other prelude statements."""
+    stmts = _prelude_statements(text if text is not None else prelude_sql())
+    names = {name for name, _ in stmts}
+    word = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    uses = {name: set(word.findall(_DEFINES.sub("", body, count=1))) - {name} for name, body in stmts}
+    todo = {n for sql in sqls for n in word.findall(sql)}
+    need: set[str] = set()
+    while todo:
+        n = todo.pop()
+        if n not in need:
+            need.add(n)
+            todo |= uses[n]
+    return need
 
 
 def detect_families(tp) -> dict[str, bool]:
@@ -185,7 +227,11 @@ def run_checks(tp, trace_path: str = "", only: Optional[Iterable[str]] = None,
     checks = select_checks(only)
     params = params or {}
     families = detect_families(tp)
-    tp.query(prelude_sql())
+    # every check (only None): the whole prelude, which callers such as `timeline diff` read after;
+    # a selection: the statements its checks need
+    prelude = prelude_sql(None if only is None else [c for c in checks if any(families.get(f) for f in c.families)])
+    if prelude:
+        tp.query(prelude)
     bounds = tp.query("select start_ts, end_ts from trace_bounds").rows
     start, end = bounds[0] if bounds else (None, None)
     results = [run_check(tp, c, families, {**c.defaults(), **params.get(c.id, {})}) for c in checks]

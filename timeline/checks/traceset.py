@@ -128,7 +128,9 @@ def check_chunk(job) -> dict:
         return {"chunk": index, "error": f"cannot load: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
     try:
         families = detect_families(tp)
-        tp.query(prelude_sql())
+        prelude = prelude_sql([c for c in select_checks(ids) if any(families.get(f) for f in c.families)])
+        if prelude:
+            tp.query(prelude)
         start, end = (tp.query("select start_ts, end_ts from trace_bounds").rows or [(None, None)])[0]
         partials, whole = {}, []
         for check in select_checks(ids):
