@@ -428,3 +428,37 @@ def test_gpu_breakdown_on_ranks_marked_over_one_span(tmp_path):
         tp.query(prelude_sql())
         why, tid = tp.query("select why, tid from tl_main_thread").rows[0]
     assert why.startswith("marked") and tid == scale_8gpu.pid_of(0)
+
+
+@pytest.mark.parametrize("case", ["exposed", "hidden", "none"])
+def test_comm_overlap_partial_gives_the_sql_findings(tmp_path, case):
+    """test_gpu_convert's scenarios: host-bound (the NCCL kernel alone after each step's kernels:
+    exposed, a warning), GPU-bound (beside compute: hidden, ok); the training log (no NCCL kernel:
+    n/a). SQL on one trace vs the set's index, severity, text and every column."""
+    from test_gpu_convert import check_log
+    g = training_log(slow={}) if case == "none" else check_log(case == "exposed", steps=False)
+    one, path, index = converted(tmp_path, g, "3ms")
+    assert "comm_overlap" in index.get("partials", {}) and len(index["chunks"]) > 3
+    status, want = sql_findings(one, "comm_overlap")
+    got = set_result(path, "comm_overlap")
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    assert status == {"exposed": "warning", "hidden": "ok", "none": "n/a"}[case], want
+    if case != "none":
+        assert (want[0].evidence["overlap_fraction"] < 0.5) == (case == "exposed"), want
+
+
+def test_numbers_are_formatted_as_the_engines_sqlite_does():
+    """_fixed (printf %.Nf) and _round (round(x, N)) against the wasm engine's SQLite on values at and
+    next to half-way points, where 16 significant digits (0.015 -> '0.02') and the exact binary value
+    (0.01499.. -> '0.01') part ways."""
+    import random
+
+    from timeline.checks.partials._gpu import _fixed, _round
+    rnd = random.Random(3)
+    xs = [(x, d) for d in (0, 1, 2, 3, 4) for x in (0.015, 0.025, 0.25, 2.5, 1.0005, 12.345)]
+    xs += [((rnd.randint(0, 10**5) + 0.5) / 10**d * (1 + e), d) for d in (1, 2, 3)
+           for e in (0, 1e-16, -1e-16) for _ in range(10)]
+    with open_trace(os.path.join(os.path.dirname(__file__), "..", "..", "sample_traces", "cuda_calls.pftrace"),
+                    engine="wasm") as tp:
+        rows = tp.query(" union all ".join(f"select printf('%.{d}f', {x!r}), round({x!r}, {d})" for x, d in xs)).rows
+    assert [(_fixed(x, d), _round(x, d)) for x, d in xs] == [(a, float(b)) for a, b in rows]

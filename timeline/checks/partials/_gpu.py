@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_HALF_UP, Decimal
+from typing import NamedTuple
 
 import numpy as np
 
@@ -294,6 +295,39 @@ def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
     return np.where((g_flow != 0) & (srt[at] == g_flow), order[at], -1)
 
 
+def is_comm(name: str) -> bool:
+    """The prelude's _tl_gpu.comm for a kernel name (GLOB: case-sensitive): NCCL's kernels."""
+    return name.startswith("nccl") or "ncclKernel" in name or "ncclDevKernel" in name
+
+
+class DeviceTimes(NamedTuple):
+    """A device's steady state (tl_gpu_window) and, over it, the ns with a compute kernel running, a
+    communication kernel, either, and any work (tl_gpu_time: compute, comm, compute + comm_only, busy)."""
+    start: int
+    span: int
+    compute: int
+    comm: int
+    compute_or_comm: int
+    busy: int
+
+
+def device_times(cols: GpuColumns, g: dict) -> dict[str, DeviceTimes]:
+    """str(device) -> its DeviceTimes, from steady()'s columns: unions of intervals clipped to the
+    window, the same ns as the prelude's sums of elementary segments (_tl_gpu_seg)."""
+    strings = cols.s.strings
+    comm_names = [c for c in np.unique(g["name"]).tolist() if c >= 0 and is_comm(strings[c])]
+    comm = g["kernel"] & np.isin(g["name"], comm_names)
+    compute = g["kernel"] & ~comm
+    s, e = g["ts"], g["ts"] + g["dur"]
+    out = {}
+    for d, dev in enumerate(g["devices"].tolist()):
+        on = g["device_i"] == d
+        lo, hi = int(g["window"][d]), int(e[on].max())
+        k, c, kc, busy = (covered(s[m], e[m], lo, hi) for m in (on & compute, on & comm, on & (compute | comm), on))
+        out[str(dev)] = DeviceTimes(lo, hi - lo, k, c, kc, busy)
+    return out
+
+
 def marked_main(marks) -> tuple[int, int] | None:
     """(tid, pid) of the main thread by the prelude's first rule (`_tl_main_pick`): the longest of the
     recorder's markers (dur, ts, tid, pid), ties to the earliest, then the lowest tid; None without a
@@ -334,8 +368,9 @@ def _py_line(stack: str):
 # -- merging, in the SQL's words
 
 def _fixed(x: float, digits: int) -> str:
-    """SQLite's printf %.Nf: 16 significant digits, then rounded half away from zero."""
-    d = Decimal(f"{x:.16g}").quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
+    """SQLite's printf %.Nf as trace_processor v52's SQLite gives it: the exact binary value rounded
+    half away from zero (0.015 is 0.01499..: '0.01'; 0.025 is 0.02500..01: '0.03'; 0.25: '0.3')."""
+    d = Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
     return f"{d:.{digits}f}"
 
 

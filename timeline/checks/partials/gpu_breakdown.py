@@ -31,18 +31,13 @@ import numpy as np
 
 from ..catalog import BY_ID
 from ...gpu import intervals
-from ._gpu import GpuColumns, _fixed, _round, covered, made_with, marked_main
+from ._gpu import GpuColumns, _fixed, _round, device_times, made_with, marked_main
 
 CHECK = "gpu_breakdown"
 VERSION = 2  # 2: the per-step row
 STEP_MIN = 3  # _tl_gb_stepname's "having count(*) >= 3"
 Collector = GpuColumns
 HINT = "the GPU waits for work: host_gpu_gaps and gpu_queue_delay say whether the host is too slow to feed it"
-
-
-def _comm(name: str) -> bool:
-    """The prelude's _tl_gpu.comm for a kernel name (GLOB: case-sensitive)."""
-    return name.startswith("nccl") or "ncclKernel" in name or "ncclDevKernel" in name
 
 
 def part(cols: GpuColumns, starts) -> dict | None:
@@ -52,18 +47,9 @@ def part(cols: GpuColumns, starts) -> dict | None:
     steps = _steps(cols) if any(n >= STEP_MIN for n in cols.nvtx.values()) else ([], None)
     if steps is None:
         return None  # the SQL's main thread or step name is not certain here (the module doc)
-    strings = cols.s.strings
-    names = np.unique(g["name"])
-    comm_names = [c for c in names.tolist() if c >= 0 and _comm(strings[c])]
-    comm = g["kernel"] & np.isin(g["name"], comm_names)
-    compute = g["kernel"] & ~comm
+    devices = {dev: [t.start, t.span, t.compute, t.compute_or_comm - t.compute, t.busy - t.compute_or_comm, t.busy]
+               for dev, t in device_times(cols, g).items()}
     s, e = g["ts"], g["ts"] + g["dur"]
-    devices = {}
-    for d, dev in enumerate(g["devices"].tolist()):
-        on = g["device_i"] == d
-        lo, hi = int(g["window"][d]), int(e[on].max())
-        k, kc, busy = (covered(s[m], e[m], lo, hi) for m in (on & compute, on & (compute | comm), on))
-        devices[str(dev)] = [lo, hi - lo, k, kc - k, busy - kc, busy]
     per_step = {}
     (step_ts, step_dur), name = steps if steps[1] is not None else ((None, None), None)
     if name is not None:

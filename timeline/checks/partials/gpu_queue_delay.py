@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import BY_ID
-from ._gpu import GpuColumns, _fixed, _round, covered, made_with, nearest_rank
+from ._gpu import GpuColumns, _fixed, _round, device_times, made_with, nearest_rank
 
 CHECK = "gpu_queue_delay"
 VERSION = 1
@@ -29,18 +29,16 @@ def part(cols: GpuColumns, starts) -> dict | None:
     if g is None:
         return None
     devices = {}
+    times = device_times(cols, g)
     for d, dev in enumerate(g["devices"].tolist()):
-        on = g["device_i"] == d
-        start = int(g["window"][d])
-        end = int((g["ts"][on] + g["dur"][on]).max())
-        busy = covered(g["ts"][on], g["ts"][on] + g["dur"][on], start, end)
-        q = on & g["kernel"] & g["steady"] & g["from_call"]
+        t = times[str(dev)]
+        q = (g["device_i"] == d) & g["kernel"] & g["steady"] & g["from_call"]
         delay = np.sort(g["ts"][q] - g["call_ts"][q])
         n = delay.size
         if n:
-            devices[str(dev)] = [n, nearest_rank(delay, 0.50), nearest_rank(delay, 0.99), start, end - start, busy]
+            devices[str(dev)] = [n, nearest_rank(delay, 0.50), nearest_rank(delay, 0.99), t.start, t.span, t.busy]
         else:
-            devices[str(dev)] = [0, None, None, start, end - start, busy]
+            devices[str(dev)] = [0, None, None, t.start, t.span, t.busy]
     return {"set": {"version": VERSION, "params": BY_ID[CHECK].defaults(), "devices": devices},
             "chunks": [{} for _ in range(len(starts))]}
 
