@@ -523,7 +523,7 @@ def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: i
                 files.append(os.fdopen(d.create(CHUNK_NAME.format(i + 1)), "wb", buffering=_WRITE_BUFFER))
             w = SplitWriter(files, m, starts)
             taps = partial_collectors(m)
-            w.sink.taps = list({id(t): t for t in taps.values()}.values())  # a shared collector is fed once
+            w.sink.taps = partials_instances(taps)  # a shared collector is fed once
 
             def on_family(fam):
                 w.sink.family = None if fam is None else _family_name(fam)
@@ -549,10 +549,17 @@ def partial_collectors(m: LogModel) -> dict:
     from ..checks import partials
 
     out = partials.collectors()
-    for c in out.values():
+    for c in partials.instances(out):
         c.pid_of = m.thread_tgid
         c.log_start = m.start_ts()  # the one trace's first record (gpu_breakdown's "from +x s")
+        c.thread_name = lambda tid: getattr(m.threads.get(tid), "name", None)
     return out
+
+
+def partials_instances(taps: dict) -> list:
+    from ..checks import partials
+
+    return partials.instances(taps)
 
 
 def add_partials(doc: dict, taps: dict, starts: np.ndarray) -> None:

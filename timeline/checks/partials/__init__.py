@@ -3,8 +3,9 @@ stored in a trace set's index, merged by `timeline check SET` without trace_proc
 
 A module here named after a check id (kernel_outliers.py) defines:
   Collector                    a class, fed every slice batch the converter writes (`slices`,
-                               `group_slices`); checks naming the same class share one instance
-                               (what they read is held once);
+                               `group_slices`; `sched` blocks too where it has that method), or a
+                               tuple of such classes (part then gets a tuple of instances); checks
+                               naming the same class share one instance (what they read is held once);
   part(collector, starts)      -> {"set": ..., "chunks": [one dict per chunk]} or None (no partial:
                                   the check runs through trace_processor, as without this module);
   merge(set_part, chunk_parts, params) -> the check's rows (dicts, the SQL's columns), or None when
@@ -33,12 +34,25 @@ def module(check_id: str):
 
 
 def collectors() -> dict:
-    """check id -> its Collector, fresh, one instance per Collector class, for every check with a partial."""
+    """check id -> its Collector (or tuple of them), fresh, one instance per Collector class, for every
+    check with a partial."""
     made: dict = {}
+
+    def one(cls):
+        if cls not in made:
+            made[cls] = cls()
+        return made[cls]
     out = {}
     for cid in check_ids():
         cls = module(cid).Collector
-        if cls not in made:
-            made[cls] = cls()
-        out[cid] = made[cls]
+        out[cid] = tuple(one(c) for c in cls) if isinstance(cls, tuple) else one(cls)
     return out
+
+
+def instances(taps: dict) -> list:
+    """Each collector instance of collectors() once (a shared one is fed once)."""
+    out: dict = {}
+    for t in taps.values():
+        for c in (t if isinstance(t, tuple) else (t,)):
+            out[id(c)] = c
+    return list(out.values())

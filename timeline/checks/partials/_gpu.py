@@ -33,6 +33,12 @@ CUDA_CATS = ("cuda", "cuda_driver", "nccl")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
             "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
 MAIN_CAT, MAIN_MARK = "dataloader", "main training thread"  # the prelude's _tl_main_pick, first rule
+# host_gpu_gaps: the calls that wait for the GPU or the allocator (its `b`), and the GPU submissions
+# besides launches and NCCL's (its _tl_hg_sub)
+BLOCKING = ("cudaMemcpy", "cudaMemcpy2D", "cudaMalloc", "cudaFree", "cuMemcpy", "cuMemAlloc_v2", "cuMemFree_v2",
+            "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoD_v2")
+SUBMITS = ("cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync",
+           "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cudaMemsetAsync")
 MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
 
 
@@ -91,6 +97,10 @@ class GpuColumns:
         self.nvtx: dict[int, int] = {}  # NVTX range name -> how many thread slices of it (gpu_breakdown's steps)
         self.ranges: list[tuple] = []   # NVTX thread slices: ts, dur, tid, pid, name (gpu_breakdown's steps)
         self.marks: list[tuple] = []    # the recorder's main-thread markers: dur, ts, tid, pid
+        self.block: list[tuple] = []    # blocking CUDA calls of dur > 0: ts, dur, pid (host_gpu_gaps)
+        self.first_call: dict[int, int] = {}  # pid -> its first CUDA call (tl_startup.ts)
+        self.submitters: set[int] = set()     # pids with a GPU submission (host_gpu_gaps' _tl_hg_sub)
+        self.thread_name = lambda tid: None   # a thread's name as the trace has it (the converter sets it)
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
 
@@ -98,7 +108,7 @@ class GpuColumns:
         self.rows += n
         if self.rows > MAX_ROWS and not self.declined:
             self.declined = f"more than {MAX_ROWS:,} rows"
-            self.gpu, self.src, self.launch, self.ranges = [], [], [], []
+            self.gpu, self.src, self.launch, self.ranges, self.block = [], [], [], [], []
         return not self.declined
 
     def _pids(self, tid: np.ndarray, pid) -> np.ndarray:
@@ -161,6 +171,10 @@ class GpuColumns:
         fn = np.array([self.s.code(self.s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
                        for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
         launch = cuda & np.isin(fn, [self.s.code(x) for x in LAUNCHES])
+        if cuda.any():
+            pids = self._pids(tid, pid) if pids is None else pids
+            self._calls(ts[cuda], np.asarray(np.broadcast_to(np.asarray(dur, np.int64), (n,)))[cuda], pids[cuda],
+                        fn[cuda], cats[cuda], launch[cuda])
         if not launch.any() or not self._hold(int(launch.sum())):
             return
         key = np.full(n, -1, np.int64)  # coalesce(kernel, func, function, name): as the prelude's _tl_launch_k
@@ -180,6 +194,22 @@ class GpuColumns:
         key = np.where(key < 0, fn, key)
         pids = self._pids(tid, pid) if pids is None else pids
         self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
+
+    def _calls(self, ts, dur, pid, fn, cat, launch) -> None:
+        """host_gpu_gaps' inputs from a batch of CUDA calls: each process' first call, whether it submits
+        GPU work, and its blocking calls (the SQL's `fn glob '*ynchronize'` or one of BLOCKING)."""
+        order = np.lexsort((ts, pid))
+        p, first = np.unique(pid[order], return_index=True)
+        for q, t in zip(p.tolist(), ts[order][first].tolist()):
+            self.first_call[q] = min(t, self.first_call.get(q, t))
+        fns = np.unique(fn).tolist()
+        strings = self.s.strings
+        submit = launch | (cat == self.s.code("nccl")) | np.isin(fn, [self.s.code(x) for x in SUBMITS])
+        self.submitters.update(np.unique(pid[submit]).tolist())
+        waits = [c for c in fns if c >= 0 and (strings[c].endswith("ynchronize") or strings[c] in BLOCKING)]
+        b = np.isin(fn, waits) & (dur > 0)
+        if b.any() and self._hold(int(b.sum())):
+            self.block.append((ts[b], dur[b], pid[b]))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         """A batch of slices on a named track (the sink's `group_slices`: GPU work)."""
@@ -240,22 +270,28 @@ class GpuColumns:
         first = np.full(devices.size, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(first, dev_i, g_ts)
         window = np.empty(devices.size, np.int64)
+        owner = np.full(devices.size, -1, np.int64)  # its owner thread's tid; -1: tids tie (lowest utid wins)
+        owner_pid = np.zeros(devices.size, np.int64)
         for d in range(devices.size):
             mine = (pairs >> 32) == d
             if not mine.any():
                 return None  # no flow reaches it: the SQL takes the main thread
             top = (pairs[mine][counts[mine] == counts[mine].max()] & 0xFFFFFFFF).tolist()
+            if len(top) == 1:
+                owner[d] = top[0]
             pids = {int(s_pid[src_row[linked & (dev_i == d)]][s_tid[src_row[linked & (dev_i == d)]] == t][0])
                     for t in top}
             if len(pids) > 1:
                 return None  # a tie the SQL breaks by trace_processor's thread numbering
-            window[d] = max(int(first[d]), end.get(pids.pop()) or 0)
+            owner_pid[d] = pids.pop()
+            window[d] = max(int(first[d]), end.get(int(owner_pid[d])) or 0)
         row = np.maximum(src_row, 0)
         has = src_row >= 0
         pick = (lambda a, none: np.where(has, a[row], none)) if s_id.size else (
             lambda a, none: np.full(g_ts.size, none, np.asarray(none).dtype))
         return {"ts": g_ts, "dur": g_dur, "name": g_name, "kernel": g_kernel, "device": g_dev,
                 "devices": devices, "device_i": dev_i, "window": window, "steady": g_ts >= window[dev_i],
+                "owner": owner, "owner_pid": owner_pid, "startup_ends": end,
                 "py": pick(s_py, -1), "call_ts": pick(s_ts, 0), "from_call": pick(s_cuda, False) & has}
 
     def _startup_ends(self) -> dict:

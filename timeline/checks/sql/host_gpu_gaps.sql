@@ -85,6 +85,8 @@ from _tl_hg_gap g left join _tl_hg_blocked b using (gap_id) left join _tl_hg_act
 where coalesce(b.blocked, 0) < 0.5 * g.dur
   and (a.covered is null or a.active >= ${active_fraction} * g.dur);
 
+-- (The longest gaps go first, the earliest of equal ones: the trace's content,
+-- never trace_processor's row order, picks; partials/host_gpu_gaps.py does the same.)
 -- Per `key` (a process, or a GPU): the steady-state gaps judged (count, total,
 -- longest) and those with no thread state to judge them by (count, total).
 create or replace perfetto macro _tl_hg_totals(key Expr)
@@ -139,7 +141,7 @@ select
          span / 1e9, subs, iif(gaps > 0, printf('; longest %.1f ms', longest / 1e6), ''))
     || iif(unknown > 0, printf('; %d more gaps (%.3f s) not judged: thread state not recorded (-e sched)',
                                unknown, unknown_total / 1e9), '') as finding,
-  coalesce((select ts from _tl_hg_host h where h.upid = g.upid and not h.unknown order by dur desc limit 1), g.ts)
+  coalesce((select ts from _tl_hg_host h where h.upid = g.upid and not h.unknown order by dur desc, ts limit 1), g.ts)
     as ts,
   coalesce(longest, span) as dur,
   null as hint,
@@ -157,7 +159,7 @@ select
     || iif(unknown > 0, printf('; %d more stretches (%.3f s) not judged: thread state not recorded (-e sched)',
                                unknown, unknown_total / 1e9), ''),
   coalesce((select ts from _tl_hg_host h where h.device = d.device and not h.startup and not h.unknown
-            order by dur desc limit 1),
+            order by dur desc, ts limit 1),
            d.ts),
   coalesce(longest, span), null,
   round(1.0 * gap_total / span, 4), gaps, round(coalesce(longest, 0) / 1e6, 3), null
@@ -185,7 +187,7 @@ select * from (
     and (exists(select 1 from _tl_hg g where g.upid = h.upid and h.device is null
                 and g.gap_total >= ${warn_fraction} * g.span)
          or exists(select 1 from _tl_hg_dev d where d.device = h.device and d.gap_total >= ${warn_fraction} * d.span))
-  order by h.dur desc limit 3)
+  order by h.dur desc, h.ts limit 3)
 union all
 -- NVML averages utilization over its own sample period: fewer than three
 -- samples say too little to warn on.
