@@ -165,33 +165,14 @@ class GpuColumns:
                 if m.any() and self._hold(int(m.sum())):
                     self.src.append((ids[m, j], tid[m].astype(np.int32), pids[m].astype(np.int32),
                                      py[m].astype(np.int32), ts[m], cuda[m]))
-        names = self.s.codes(name, n)
-        # the prelude's fn: the name without the per-thread-stream suffixes (worked out per distinct name)
-        uniq, inv = np.unique(names, return_inverse=True)
-        fn = np.array([self.s.code(self.s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
-                       for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
-        launch = cuda & np.isin(fn, [self.s.code(x) for x in LAUNCHES])
+        fn = fn_codes(self.s, n, name)
+        launch, key = launch_keys(self.s, n, name, cuda, args, fn)
         if cuda.any():
             pids = self._pids(tid, pid) if pids is None else pids
             self._calls(ts[cuda], np.asarray(np.broadcast_to(np.asarray(dur, np.int64), (n,)))[cuda], pids[cuda],
                         fn[cuda], cats[cuda], launch[cuda])
         if not launch.any() or not self._hold(int(launch.sum())):
             return
-        key = np.full(n, -1, np.int64)  # coalesce(kernel, func, function, name): as the prelude's _tl_launch_k
-        for k in ("kernel", "func", "function"):
-            c = _arg(args, k)
-            if c is None:
-                continue
-            if c.kind == "str":
-                vals = self.s.codes(c, n)
-            else:  # numbers: each distinct one named once
-                uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)
-                text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
-                vals = np.array([self.s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
-                if c.present is not None:
-                    vals = np.where(c.present, vals, -1)
-            key = np.where(key < 0, vals, key)
-        key = np.where(key < 0, fn, key)
         pids = self._pids(tid, pid) if pids is None else pids
         self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
 
@@ -295,22 +276,59 @@ class GpuColumns:
                 "py": pick(s_py, -1), "call_ts": pick(s_ts, 0), "from_call": pick(s_cuda, False) & has}
 
     def _startup_ends(self) -> dict:
-        """Per process: tl_startup.end_ts, the first launch of the last kernel new to it among those
-        launched at least twice and first seen in the first half of its launches; None if none."""
-        out: dict = {}
         if not self.launch:
-            return out
-        ts, pid, key = (np.concatenate(c) for c in zip(*self.launch))
-        for p in np.unique(pid).tolist():
-            m = pid == p
-            t, k = ts[m], key[m]
-            o = np.argsort(t, kind="stable")
-            t, k = t[o], k[o]
-            n = t.size
-            keys, first_i, cnt = np.unique(k, return_index=True, return_counts=True)  # first_i: 0-based
-            ok = (cnt >= 2) & (first_i + 1 <= n // 2)
-            out[p] = int(t[first_i[ok]].max()) if ok.any() else None
-        return out
+            return {}
+        return startup_ends(*(np.concatenate(c) for c in zip(*self.launch)))
+
+
+def fn_codes(s: _Strings, n: int, name) -> np.ndarray:
+    """The prelude's fn of a slice batch's names (the name without the per-thread-stream suffixes
+    _ptsz/_ptds), as string codes, worked out per distinct name."""
+    uniq, inv = np.unique(s.codes(name, n), return_inverse=True)
+    return np.array([s.code(s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
+                     for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
+
+
+def launch_keys(s: _Strings, n: int, name, cuda: np.ndarray, args, fn=None) -> tuple[np.ndarray, np.ndarray]:
+    """Of a slice batch (`cuda`: its rows of CUDA categories), the kernel launches (the prelude's
+    _tl_launches) and what each launched (_tl_launch_k's kernel key, a string code; -1 elsewhere).
+    fn: the batch's fn_codes, where the caller has them."""
+    fn = fn_codes(s, n, name) if fn is None else fn
+    launch = cuda & np.isin(fn, [s.code(x) for x in LAUNCHES])
+    key = np.full(n, -1, np.int64)
+    if not launch.any():
+        return launch, key
+    for k in ("kernel", "func", "function"):  # coalesce(kernel, func, function, name): as _tl_launch_k
+        c = _arg(args, k)
+        if c is None:
+            continue
+        if c.kind == "str":
+            vals = s.codes(c, n)
+        else:  # numbers: each distinct one named once
+            uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)
+            text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
+            vals = np.array([s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
+            if c.present is not None:
+                vals = np.where(c.present, vals, -1)
+        key = np.where(key < 0, vals, key)
+    return launch, np.where(launch, np.where(key < 0, fn, key), -1)
+
+
+def startup_ends(ts: np.ndarray, pid: np.ndarray, key: np.ndarray) -> dict:
+    """Per process, of its kernel launches (ts, pid, kernel key): tl_startup.end_ts, the first launch of
+    the last kernel new to it among those launched at least twice and first seen in the first half of
+    its launches; None if none."""
+    out: dict = {}
+    for p in np.unique(pid).tolist():
+        m = pid == p
+        t, k = ts[m], key[m]
+        o = np.argsort(t, kind="stable")
+        t, k = t[o], k[o]
+        n = t.size
+        keys, first_i, cnt = np.unique(k, return_index=True, return_counts=True)  # first_i: 0-based
+        ok = (cnt >= 2) & (first_i + 1 <= n // 2)
+        out[p] = int(t[first_i[ok]].max()) if ok.any() else None
+    return out
 
 
 def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):
