@@ -1,5 +1,5 @@
-"""kernel_outliers, gpu_queue_delay and gpu_breakdown through trace_processor vs from the partials in a trace set's
-index (issue 23).
+"""Each check with a partial (timeline/checks/partials) through trace_processor vs from the partials in a trace
+set's index (issue 23).
 
     python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000]
 
@@ -38,7 +38,7 @@ from timeline.converters import convert  # noqa: E402
 from timeline.identity import invoking_user  # noqa: E402
 from timeline.trace_processor import TraceProcessorConfig  # noqa: E402
 
-CHECKS = ["kernel_outliers", "gpu_queue_delay", "gpu_breakdown"]
+CHECKS = partials.check_ids()  # every check with a partial
 
 
 def cpu() -> float:
@@ -76,11 +76,13 @@ else:
     for cid in partials.check_ids():
         mod = partials.module(cid)
         mod.part = timing(mod.part)
-        for name in ("slices", "group_slices"):
-            if not hasattr(getattr(mod.Collector, name), "__wrapped_timing__"):
-                f = timing(getattr(mod.Collector, name))
-                f.__wrapped_timing__ = True
-                setattr(mod.Collector, name, f)
+        for cls in (mod.Collector if isinstance(mod.Collector, tuple) else (mod.Collector,)):
+            for name in ("slice", "slices", "group_slices", "sched"):
+                f = getattr(cls, name, None)
+                if f is not None and not hasattr(f, "__wrapped_timing__"):
+                    f = timing(f)
+                    f.__wrapped_timing__ = True
+                    setattr(cls, name, f)
 t, c = time.perf_counter(), time.process_time()
 res = convert(sys.argv[1], sys.argv[2], split=SplitSpec(events=int(sys.argv[3])))
 hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
@@ -105,6 +107,9 @@ def main() -> None:
     ap.add_argument("--no-nvtx", action="store_true", help="the log without its NVTX step ranges (with them "
                     "gpu_breakdown's partial is not written: its per-step row runs through the SQL)")
     ap.add_argument("--keep", help="work in this directory and leave it")
+    ap.add_argument("--all", action="store_true", help="also every check on the set, both ways (what `timeline "
+                    "check SET` costs: the index's partials, the other checks per chunk with the prelude they need)")
+    ap.add_argument("--only", help="these checks (comma-separated) instead of every check with a partial")
     ap.add_argument("--compare", action="store_true", help="also check the log converted as one trace (SQL) "
                     "and say whether its findings equal the index's")
     a = ap.parse_args()
@@ -142,7 +147,8 @@ def main() -> None:
         with open(os.path.join(old, "index.json"), "w") as f:
             json.dump(index, f)
         fast = {}
-        for check in CHECKS:
+        checks = a.only.split(",") if a.only else CHECKS
+        for check in checks:
             for name, where in (("from the index", res["out"]), ("through trace_processor", old)):
                 rep, s, c = timed(lambda: check_set(where, tpc, user, [check], workers=1))
                 r = rep.results[0]
@@ -151,6 +157,11 @@ def main() -> None:
                 how = "" if where == old or r.note == FROM_INDEX else " (no partial: the SQL per chunk)"
                 print(f"check {check} {name}{how}: {s:.3f} s wall, {c:.3f} s CPU, {events / max(c, 1e-9) / 1e6:.3f} M "
                       f"events/s per core; status {r.status}, {len(r.findings)} findings")
+        if a.all:
+            for name, where in (("from the index + the rest per chunk", res["out"]), ("all through trace_processor", old)):
+                rep, s, c = timed(lambda: check_set(where, tpc, user, None, workers=1))
+                print(f"every check, {name}: {s:.1f} s wall, {c:.1f} s CPU, {events / max(c, 1e-9) / 1e6:.3f} M events/s "
+                      f"per core; {sum(r.note == FROM_INDEX for r in rep.results)} from the index")
         if a.compare:
             from timeline.checks import run_checks
             from timeline.trace_processor import open_trace
@@ -158,7 +169,7 @@ def main() -> None:
             one = os.path.join(d, "one.pftrace")
             convert(raw, one)
             with open_trace(one, engine="wasm") as tp:
-                wants = run_checks(tp, one, only=CHECKS).results
+                wants = run_checks(tp, one, only=checks).results
             for want in wants:
                 got = fast[want.check.id]
                 print(f"single trace through SQL, {want.check.id}: its own statements {want.seconds:.2f} s (after "
