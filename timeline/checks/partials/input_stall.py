@@ -170,11 +170,9 @@ def _state_kind(states: np.ndarray) -> dict:
 
 
 def _nested(s: np.ndarray, e: np.ndarray) -> bool:
-    """Whether slices sorted by start nest properly (none starts inside another and ends after it)
-    and none starts where another ends (which of the two trace_processor sees first is the order
-    they were written in): then trace_processor keeps their ends as written."""
-    if np.isin(s, e).any():
-        return False
+    """Whether slices sorted by start nest properly: none starts inside another, or where another
+    ends (which of the two trace_processor sees first is the order they were written in), and ends
+    after it. Then trace_processor keeps their ends as written."""
     open_ends: list = []
     for a, b in zip(s.tolist(), e.tolist()):
         while open_ends and open_ends[-1] < a:
