@@ -61,11 +61,10 @@ COLUMNS = ("severity", "finding", "ts", "dur", "hint", "stall_fraction", "waited
 
 class WaitSlices:
     """Holds the pystack family's `wait` slices (dur > 0) of every thread from the slice batches: ts,
-    dur, tid, pid and the innermost frame of `py` (-1: no arg or an unknown stack). A mixin: the
-    slices go on to the collector it is mixed into."""
+    dur, tid, pid and the innermost frame of `py` (-1: no arg or an unknown stack)."""
 
-    def __init__(self, *a, **k):
-        super().__init__(*a, **k)
+    def __init__(self, pid_of=None):
+        self.pid_of = pid_of or (lambda tid: tid)
         self.waits: list[tuple] = []
         self.lines: list = []       # innermost frames; waits hold their index
         self._line_code: dict = {}
@@ -83,13 +82,14 @@ class WaitSlices:
         return c
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
-        super().slice(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         if cat == WAIT_CAT and name == WAIT_NAME and dur > 0:
             p = pid if pid is not None else self.pid_of(tid)
             self._hold_waits([ts], [dur], [tid], [p if p is not None else tid], [self._code((args or {}).get("py"))])
 
+    def group_slices(self, *a, **k) -> None:
+        pass  # GPU work: not read here
+
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
-        super().slices(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         if not isinstance(cat, str) or not isinstance(name, str) or cat != WAIT_CAT or name != WAIT_NAME:
             return  # the pystack family writes its waits in batches of that one name and category
         ts = np.asarray(ts, np.int64).reshape(-1)
@@ -126,9 +126,7 @@ class WaitSlices:
         return ts[m][o], dur[m][o], [self.lines[c] if c >= 0 else None for c in code[m][o].tolist()]
 
 
-class Collector(WaitSlices, SchedColumns):
-    """_sched.py's switches, wakings and main-thread picks, and the `wait` slices (a class of its
-    own: a check naming SchedColumns itself gets a second instance)."""
+Collector = (WaitSlices, SchedColumns)  # the `wait` slices; _sched.py's switches, wakings and main-thread picks
 
 
 @dataclass
@@ -309,14 +307,14 @@ def _stall_rows(p: dict, params: dict, row) -> None:
             ts=ts, dur=dur, stall_fraction=_round(1.0 * w / dur, 4), waited_s=_round(w / 1e9, 3))
 
 
-def part(cols: Collector, starts) -> dict | None:
+def part(collectors, starts) -> dict | None:
     """The set's part and each (empty) chunk's, or None: no partial (the module doc)."""
-    inp = inputs(cols)
+    inp = inputs(*collectors)
     s = None if inp is None else summarize(inp, BY_ID[CHECK].defaults())
     return None if s is None else {"set": s, "chunks": [{} for _ in range(len(starts))]}
 
 
-def inputs(cols: Collector) -> Inputs | None:
+def inputs(held: WaitSlices, cols: SchedColumns) -> Inputs | None:
     """The SQL's inputs from _sched.py's tables and the held waits, or None where not certain."""
     m = cols.model
     sl = cols.sched_slices()
@@ -350,7 +348,7 @@ def inputs(cols: Collector) -> Inputs | None:
     main_states = py = None
     if main is not None:
         st = cols.thread_states(main["tid"])
-        py = cols.waits_of(main["tid"], main["pid"])
+        py = held.waits_of(main["tid"], main["pid"])
         if st is None or py is None:
             return None
         main_states = (st["ts"], st["dur"], st["state"], st["waker"])
@@ -361,7 +359,7 @@ def inputs(cols: Collector) -> Inputs | None:
                   wmain_states=(cat(wa, np.int64), cat(wb, np.int64), cat(ws, object)), py=py)
 
 
-def _no_main_process(cols: Collector, workers: set) -> bool:
+def _no_main_process(cols: SchedColumns, workers: set) -> bool:
     """Whether the prelude finds no main thread at all: no marker, no launch (_sched.py's rules 1 and
     2 found none) and no process outside the workers that ran (rules 3 and 4 read _tl_main_process,
     a process with scheduling data). Separate from _sched.py, which does not model rules 3 and 4."""
