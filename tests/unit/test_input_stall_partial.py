@@ -234,17 +234,21 @@ def test_other_parameters_run_the_sql(tmp_path):
     assert status == "warning" and got.note == NOT_MERGED and got.status == "ok"
 
 
-@pytest.mark.parametrize("case", ["tied_main_threads", "tied_windows", "crossing_waits", "touching_waits",
-                                  "waits_at_one_ts"])
+def test_main_threads_marked_alike_are_told_apart_as_the_prelude_does(tmp_path):
+    """Two training processes' main threads marked over the same span: the prelude takes the earliest
+    marker, then the lowest tid (never trace_processor's row order), and so does the partial."""
+    status, want = same(tmp_path, stall_log([600] * 5, "disk", start="twins"), "2000ms")
+    assert status in ("warning", "error") and f"(tid {MAIN})" in want[0].message, want
+
+
+@pytest.mark.parametrize("case", ["tied_windows", "crossing_waits", "touching_waits", "waits_at_one_ts"])
 def test_no_partial_where_the_sql_answer_hangs_on_row_order(tmp_path, case):
     """Where trace_processor's row order decides, the converter writes no partial and the SQL runs:
-    two training processes' main threads marked alike (the prelude's pick takes one by row order);
     worst windows of the same share (a 3.5 s wait over whole windows: which is listed first);
     two `wait` slices that cross (trace_processor ends the inner one first), one that starts where
     another ends (which of the two trace_processor sees first) or two that start together (which one
     lead() sees next)."""
-    b = {"tied_main_threads": lambda: stall_log([600] * 5, "disk", start="twins"),
-         "tied_windows": lambda: stall_log([3_500_000, 600, 600], "disk", run_us=10_000),
+    b = {"tied_windows": lambda: stall_log([3_500_000, 600, 600], "disk", run_us=10_000),
          "crossing_waits": lambda: stall_log([600] * 5, "disk", py={2: (("B", 0, 300), ("D", 200, 400))}),
          "touching_waits": lambda: stall_log([600] * 5, "disk", py={2: (("B", 0, 300), ("D", 300, 200))}),
          "waits_at_one_ts": lambda: stall_log([600] * 5, "disk", py={2: (("B", 0, 300), ("D", 0, 400))}),

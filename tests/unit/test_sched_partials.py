@@ -205,8 +205,8 @@ def picks_sql(path):
 
 @pytest.mark.parametrize("case", ["launches", "marker", "tied_launches", "none"])
 def test_picks_are_the_preludes(tmp_path, monkeypatch, case):
-    """tl_main_thread (the recorder's marker, else the most launches; ties and the training process'
-    rules: None), tl_backward_thread (most launches, then run time) and tl_steady (start-up end to the
+    """tl_main_thread (the recorder's marker, else the most launches, ties to the first launcher; the
+    training process' rules: None), tl_backward_thread (most launches, then run time) and tl_steady (start-up end to the
     last CUDA call) of the prelude, from the converter's feed."""
     # a python process gets the recorder's marker (the dataloader family); "trainer" none
     comm = "python3" if case == "marker" else "trainer"
@@ -237,8 +237,11 @@ def test_picks_are_the_preludes(tmp_path, monkeypatch, case):
     m = c.main_thread()
     for tid, ns in run.items():
         assert c.run_ns(tid) == ns, tid
-    if case in ("tied_launches", "none"):
+    if case == "none":
         assert m is None and c.main_declined
+        return
+    if case == "tied_launches":  # as many launches: the thread that launched first, as the prelude picks
+        assert [(m["tid"], m["name"], m["why"])] == main and m["tid"] == 1002, (m, main)
         return
     assert [(m["tid"], m["name"], m["why"])] == main
     assert main[0][2] == ("marked as the main training thread by the recorder" if case == "marker" else

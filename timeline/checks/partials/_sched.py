@@ -52,7 +52,7 @@ import numpy as np
 from ... import proc_records
 from ...converters.interface import Column
 from ...converters.model import IDLE_TID
-from ._gpu import CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _Strings, launch_keys, startup_ends
+from ._gpu import CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _Strings, launch_keys, marked_main, startup_ends
 
 _LETTERS = "SDTtXZPI"  # prev_state bits 0..7 (kernel >= 4.14), as trace_processor prints them
 _PREEMPT = 0x100       # TASK_REPORT_MAX: preempted while runnable -> R+
@@ -81,7 +81,7 @@ class SchedColumns:
         self.forks: list[tuple] = []  # ts, parent tid, child tid
         self.launch: list[tuple] = []  # ts, tid, pid, kernel key
         self.cuda: dict[int, list] = {}  # pid -> [first CUDA call ts, last CUDA call end]
-        self.marks: list[tuple] = []  # the recorder's main-thread markers: dur, tid
+        self.marks: list[tuple] = []  # the recorder's main-thread markers: dur, ts, tid, pid
         self.rows = 0
         self.declined = ""
         self.main_declined = ""
@@ -116,7 +116,7 @@ class SchedColumns:
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
         if cat == MAIN_CAT and name == MAIN_MARK:
-            self.marks.append((int(dur), int(tid)))
+            self.marks.append((int(dur), int(ts), int(tid), int(pid if pid is not None else self.pid_of(tid) or tid)))
         if cat in CUDA_CATS:
             self.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat, [
                 Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None])
@@ -254,24 +254,26 @@ class SchedColumns:
         return t.name if t is not None and t.name else ""
 
     def main_thread(self):
-        """tl_main_thread: rule 1, the longest marker; rule 2, the most launches; else not modelled."""
+        """tl_main_thread: rule 1, the longest marker (ties: the earliest, then the lowest tid); rule 2,
+        the most launches (ties: the thread that launched first); else not modelled."""
         self.main_declined = ""
         tid, why = None, ""
         if self.marks:
-            longest = max(d for d, _ in self.marks)
-            tids = {t for d, t in self.marks if d == longest}
-            if len(tids) > 1:
-                self.main_declined = "two threads marked as the main training thread, equally long"
+            picked = marked_main(self.marks)
+            if picked is None:
+                self.main_declined = "two markers alike but for their process (the SQL's row order picks)"
                 return None
-            tid, why = tids.pop(), "marked as the main training thread by the recorder"
+            tid, why = picked[0], "marked as the main training thread by the recorder"
         elif self.launch:
-            t = np.concatenate([c[1] for c in self.launch])
+            ts, t = (np.concatenate([c[k] for c in self.launch]) for k in (0, 1))
             tids, cnt = np.unique(t, return_counts=True)
-            top = tids[cnt == cnt.max()]
-            if top.size > 1:
-                self.main_declined = "two threads with the most kernel launches"
+            top = tids[cnt == cnt.max()].tolist()
+            first = {int(x): int(ts[t == x].min()) for x in top}
+            early = min(first.values())
+            if sum(v == early for v in first.values()) > 1:
+                self.main_declined = "two threads with the most kernel launches, first launching at once"
                 return None
-            tid, why = int(top[0]), "issues the most kernel launches"
+            tid, why = next(x for x, v in first.items() if v == early), "issues the most kernel launches"
         else:
             self.main_declined = "no marker and no kernel launch (the training process' rules: not modelled)"
             return None
