@@ -267,6 +267,9 @@ class SplitSink(TrackSink):
                                 flow_out if k == k0 else None, flow_in if k == k0 else None)
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
+        for tap in self.taps:
+            if hasattr(tap, "async_slice"):
+                tap.async_slice(track, ts, dur, name, cat, args)
         for k, _, pts, pdur, extra, _ in self._pieces([ts], [dur]):
             a = dict(args or {})
             for c in extra:

@@ -46,4 +46,4 @@ select case when call is not null then 'error' else 'info' end as severity,
   since as ts, (select end_ts from _tl_hang_end) - since as dur,
   pid, tid, thread, call, state
 from _tl_hang
-order by call is null, pid, since;
+order by call is null, pid, since, tid;  -- (tid: equal ones by the trace's content, not row order)
