@@ -344,5 +344,27 @@ def _round(x: float, digits: int) -> float:
     return float(Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
 
 
+class Unsure(ValueError):
+    """A number the SQL would print or round one way or the other: trace_processor's SQLite (3.50)
+    turns a double into decimal digits its own way, which lands on either side of a half
+    (printf('%.2f', 0.045) is 0.04, of 12.345 is 12.35): the merge gives up, the SQL runs."""
+
+
+def sure_fixed(x: float, digits: int) -> str:
+    """printf %.Nf where the exact value and its 16 significant digits round alike; else Unsure."""
+    a = _fixed(x, digits)
+    if a != f"{Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP):.{digits}f}":
+        raise Unsure(x)
+    return a
+
+
+def sure_round(x: float, digits: int) -> float:
+    """round(x, N) where the exact value and its 16 significant digits round alike; else Unsure."""
+    a = _round(x, digits)
+    if a != float(Decimal(f"{x:.16g}").quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)):
+        raise Unsure(x)
+    return a
+
+
 def _g(x) -> str:
     return f"{x:g}"

@@ -51,7 +51,7 @@ import numpy as np
 
 from ... import proc_records
 from ...converters.interface import Column
-from ...converters.model import IDLE_TID
+from ...converters.model import IDLE_TID, OUTSIDE_TID
 from ._gpu import CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _Strings, launch_keys, startup_ends
 
 _LETTERS = "SDTtXZPI"  # prev_state bits 0..7 (kernel >= 4.14), as trace_processor prints them
@@ -273,8 +273,10 @@ class SchedColumns:
                 return None
             tid, why = int(top[0]), "issues the most kernel launches"
         else:
-            self.main_declined = "no marker and no kernel launch (the training process' rules: not modelled)"
-            return None
+            s = self.sched_slices()
+            if s is None or np.isin(s["tid"], [IDLE_TID, OUTSIDE_TID], invert=True).any():
+                self.main_declined = "no marker and no kernel launch (the training process' rules: not modelled)"
+            return None  # else no process has scheduled threads: no main thread, certainly
         name = self._name(tid)
         if not name or self.declined:
             self.main_declined = self.declined or "a main thread with no name"
