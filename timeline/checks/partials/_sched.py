@@ -68,6 +68,37 @@ def state_name(v: int):
     return "".join(c for i, c in enumerate(_LETTERS) if v >> i & 1)
 
 
+def _names(v: np.ndarray) -> np.ndarray:
+    """state_name of each prev_state (an object array), worked out once per distinct value."""
+    uniq, inv = np.unique(v, return_inverse=True)
+    return np.array([state_name(int(x)) for x in uniq.tolist()] + [None], object)[:-1][inv.reshape(-1)]
+
+
+def _replay(ts: np.ndarray, kind: np.ndarray, arg: np.ndarray) -> dict:
+    """A thread's rows from its events in trace_processor's order (the module doc's rules), without a
+    loop over them: a waking counts only as the first after a switch-out to a blocked state (or as the
+    thread's first event), as a thread Running or R ignores it; each row lasts until the next one, but
+    for a switch-out of a thread that was not Running (lost data) and a fork, which leave it open."""
+    out_state = np.full(ts.size, None, object)
+    out = kind == _OUT
+    out_state[out] = _names(arg[out])
+    wake = kind == _WAKE
+    # the last event that is not a waking, at or before each event (-1: none)
+    last = np.maximum.accumulate(np.where(~wake, np.arange(ts.size), -1)) if ts.size else np.zeros(0, np.int64)
+    before = np.r_[-1, last[:-1]] if ts.size else last  # ... strictly before
+    b = np.maximum(before, 0)
+    awake = (before >= 0) & ((kind[b] == _IN) | (kind[b] == _NEW) | ((kind[b] == _OUT) & (out_state[b] == "R")))
+    first = np.r_[True, ~wake[:-1]] if ts.size else wake  # the first waking since that event
+    keep = ~wake | (first & ~awake)
+    ts, kind, arg, state = ts[keep], kind[keep], arg[keep], out_state[keep]
+    state[kind == _IN] = "Running"
+    state[(kind == _WAKE) | (kind == _NEW)] = "R"
+    closes = (kind[1:] == _IN) | (kind[1:] == _WAKE) | ((kind[1:] == _OUT) & (state[:-1] == "Running"))
+    dur = np.r_[np.where(closes, ts[1:] - ts[:-1], -1), -1] if ts.size else np.zeros(0, np.int64)
+    return {"ts": ts, "dur": dur.astype(np.int64), "waker": np.where((kind == _WAKE) | (kind == _NEW), arg, -1),
+            "state": state}
+
+
 class SchedColumns:
     """The switches, wakings and forks of the recording, and what picks the main thread."""
 
@@ -156,8 +187,12 @@ class SchedColumns:
 
     def _work_out(self):
         cpu, ts, prev, nxt, state = (np.concatenate(c) for c in zip(*self.sw))
-        o = np.lexsort((ts, cpu))  # stable: equal times on a CPU keep the stream's order
-        cpu, ts, prev, nxt, state = cpu[o], ts[o], prev[o], nxt[o], state[o]
+        o = np.argsort(cpu, kind="stable")  # (a radix sort) each CPU's blocks come in time order...
+        cpu, ts = cpu[o], ts[o]
+        if ((np.diff(ts) < 0) & (cpu[1:] == cpu[:-1])).any():  # ... else: stable, equal times keep their order
+            o2 = np.lexsort((ts, cpu))
+            o, cpu, ts = o[o2], cpu[o2], ts[o2]
+        prev, nxt, state = prev[o], nxt[o], state[o]
         first = np.r_[True, cpu[1:] != cpu[:-1]]
         keep = ~first
         sw = {"cpu": cpu[keep], "ts": ts[keep], "prev": prev[keep], "next": nxt[keep], "state": state[keep]}
@@ -231,22 +266,7 @@ class SchedColumns:
             return None  # two events of the thread at one time, not one CPU's switches: the sorter decides
         if f.size > 1 or (f.size and (ev_ts[0] != fk["ts"][f[0]] or kind[0] != _NEW)):
             return None  # forked twice, or ran before its fork: trace_processor makes two threads of it
-        rts, rdur, rstate, rwaker = [], [], [], []
-        last = None  # the state of the thread's latest row (trace_processor's last_row)
-        for t, k, a in zip(ev_ts.tolist(), kind.tolist(), arg.tolist()):
-            if k == _WAKE and last is not None and last in ("R", "Running"):
-                continue
-            close = last is not None and not (k == _NEW or (k == _OUT and last != "Running"))
-            if close:
-                rdur[-1] = t - rts[-1]
-            st = "Running" if k == _IN else "R" if k in (_WAKE, _NEW) else state_name(a)
-            rts.append(t)
-            rdur.append(-1)
-            rstate.append(st)
-            rwaker.append(a if k in (_WAKE, _NEW) else -1)
-            last = st
-        return {"ts": np.array(rts, np.int64), "dur": np.array(rdur, np.int64),
-                "waker": np.array(rwaker, np.int64), "state": np.array(rstate, object)}
+        return _replay(ev_ts, kind, arg)
 
     # -- the prelude's picks
     def _name(self, tid: int) -> str:

@@ -168,12 +168,12 @@ def _who(cols: SchedColumns, main: dict, ws: np.ndarray, we: np.ndarray):
         return None
     on = np.ones(ws.size, bool)
     busy = _below(ws, we, on, ts + dur) - _below(ws, we, on, ts)
-    per: dict = {}
-    for t, b in zip(tid.tolist(), busy.tolist()):
-        if b:
-            per[t] = per.get(t, 0) + b
+    some = busy != 0
+    tids, inv = np.unique(tid[some], return_inverse=True)
+    per = np.zeros(tids.size, np.int64)
+    np.add.at(per, inv.reshape(-1), busy[some].astype(np.int64))
     labels: dict = {}
-    for t, b in per.items():
+    for t, b in zip(tids.tolist(), per.tolist()):
         if t == OUTSIDE_TID:
             label = "tasks outside the recording"
         else:
