@@ -390,3 +390,13 @@ def test_numbers_on_a_rounding_edge_are_left_to_the_sql(tmp_path):
     assert unsure >= 4
     with pytest.raises(Unsure):
         sure_fixed(0.045, 2)
+
+
+def test_no_sched_partial_past_max_rows(tmp_path, monkeypatch):
+    """Past MAX_ROWS held switches and wakings the columns are dropped, no cpu_contention partial is
+    written: the SQL runs."""
+    from timeline.checks.partials import _sched
+    monkeypatch.setattr(_sched, "MAX_ROWS", 500)
+    (status, want), got, index = cc_both_ways(tmp_path, contention_log("calm"))
+    assert "cpu_contention" not in index.get("partials", {})
+    assert got.note != FROM_INDEX and status == "ok"
