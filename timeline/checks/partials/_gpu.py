@@ -333,37 +333,41 @@ def _py_line(stack: str):
 
 # -- merging, in the SQL's words
 
-def _fixed(x: float, digits: int) -> str:
-    """SQLite's printf %.Nf: 16 significant digits, then rounded half away from zero."""
+def _fixed16(x: float, digits: int) -> str:
+    """printf %.Nf from 16 significant digits, rounded half away from zero."""
     d = Decimal(f"{x:.16g}").quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
     return f"{d:.{digits}f}"
 
 
-def _round(x: float, digits: int) -> float:
-    """SQLite's round(x, N): the exact value rounded half away from zero."""
+def _round_exact(x: float, digits: int) -> float:
+    """round(x, N) of the exact value, half away from zero."""
     return float(Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
 
 
 class Unsure(ValueError):
     """A number the SQL would print or round one way or the other: trace_processor's SQLite (3.50)
     turns a double into decimal digits its own way, which lands on either side of a half
-    (printf('%.2f', 0.045) is 0.04, of 12.345 is 12.35): the merge gives up, the SQL runs."""
+    (printf('%.2f', 0.045) is 0.04, of 12.345 is 12.35). A ValueError: a merge that meets one gives
+    no rows (checks.traceset.from_partials), the SQL runs."""
 
 
 def sure_fixed(x: float, digits: int) -> str:
-    """printf %.Nf where the exact value and its 16 significant digits round alike; else Unsure."""
-    a = _fixed(x, digits)
+    """SQLite's printf %.Nf where the exact value and its 16 significant digits round alike; else Unsure."""
+    a = _fixed16(x, digits)
     if a != f"{Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP):.{digits}f}":
         raise Unsure(x)
     return a
 
 
 def sure_round(x: float, digits: int) -> float:
-    """round(x, N) where the exact value and its 16 significant digits round alike; else Unsure."""
-    a = _round(x, digits)
+    """SQLite's round(x, N) where the exact value and its 16 significant digits round alike; else Unsure."""
+    a = _round_exact(x, digits)
     if a != float(Decimal(f"{x:.16g}").quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)):
         raise Unsure(x)
     return a
+
+
+_fixed, _round = sure_fixed, sure_round  # what every merge prints and rounds with
 
 
 def _g(x) -> str:

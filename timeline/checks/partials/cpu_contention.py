@@ -23,7 +23,7 @@ import numpy as np
 
 from ..catalog import BY_ID, WINDOW_CAP
 from ...converters.model import OUTSIDE_TID
-from ._gpu import Unsure, _g, made_with, nearest_rank, sure_fixed as _fixed, sure_round as _round
+from ._gpu import Unsure, _fixed, _g, _round, made_with, nearest_rank
 from ._sched import SchedColumns
 
 CHECK = "cpu_contention"
