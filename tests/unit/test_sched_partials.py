@@ -53,11 +53,12 @@ def tables(path):
         sched = tp.query("select s.cpu, s.ts, s.dur, t.tid from sched s join thread t using (utid) "
                          "order by s.cpu, s.ts, s.id").rows
         dups = tp.query("select tid from thread group by tid having count(*) > 1").rows
+        start = tp.query("select trace_start()").rows[0][0]
     assert not dups  # one utid per tid: rows per tid are one thread's
     per: dict = {}
     for tid, ts, dur, state, waker in st:
         per.setdefault(tid, []).append((ts, dur, state, waker))
-    return per, sched
+    return per, sched, start
 
 
 def rebuilt(c: SchedColumns, tid):
@@ -124,8 +125,10 @@ def test_thread_states_and_sched_are_trace_processors(tmp_path, monkeypatch, log
     raw = busy_log(tmp_path / "run.tlraw") if log == "busy" else scenario(tmp_path / "run.tlraw")
     one = str(tmp_path / "one.pftrace")
     convert(raw, one)
-    want, sched = tables(one)
+    want, sched, start = tables(one)
     c = fed(tmp_path, raw, monkeypatch)
+    lo, hi = c.start_bounds()
+    assert lo <= start <= hi
     assert set(want) - {0} <= set(c.model.threads) | {OUTSIDE_TID}
     for tid in sorted(set(want) | set(c.model.threads) | {0}):
         assert rebuilt(c, tid) == want.get(tid, []), tid

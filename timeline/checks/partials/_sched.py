@@ -31,6 +31,11 @@ API (all times ns, BOOTTIME as in the trace; tids as the trace shows them: 0 idl
   .backward_thread(main)      -> {"tid", "name"} (tl_backward_thread), False for none, None: not certain.
   .steady(main)               -> (ts, end_ts) of tl_steady, False for no row (no CUDA call in the main
                                   process), None if not certain.
+  .start_bounds()             -> (lo, hi): trace_start() of the one trace lies in [lo, hi] (the log's
+                                  first record, the first switch the trace keeps); a "+x s" printed
+                                  from it is certain where both ends print alike.
+Numbers go out as the SQL prints them with _gpu._fixed / _round (printf %.Nf, round()), which raise
+_gpu.Unsure (a ValueError) on a rounding edge: a merge then gives no rows and the SQL runs.
 
 How trace_processor turns the switches into states (checked row for row by tests/unit/
 test_sched_partials.py): each CPU's first switch is dropped (it has no prev), with the wakings on
@@ -39,8 +44,8 @@ Running: lost data, the old row stays open, dur -1) and opens the prev_state one
 next thread's and opens Running; a waking of a thread with no row opens R; of a thread that is
 Running or R it is ignored; else it closes the open state and opens R (so an R+ thread woken becomes
 R); a fork opens R for the child (waker: the parent) without closing anything; the idle task gets no
-row. Where a thread has two events at one time that are not switches on one CPU (trace_processor
-orders them as its sorter likes), a tid that was forked twice or ran before its fork (two utids),
+row. Where a thread has two events at one time that are not switches on one CPU, or a waking of it
+comes at the time of a switch on the waking's CPU (trace_processor orders them as its sorter likes), a tid that was forked twice or ran before its fork (two utids),
 or a recording above MAX_ROWS, the answer is None and the checks run through trace_processor.
 """
 from __future__ import annotations
@@ -267,6 +272,14 @@ class SchedColumns:
         if f.size > 1 or (f.size and (ev_ts[0] != fk["ts"][f[0]] or kind[0] != _NEW)):
             return None  # forked twice, or ran before its fork: trace_processor makes two threads of it
         return _replay(ev_ts, kind, arg)
+
+    def start_bounds(self):
+        """(lo, hi) around trace_start() (the module doc), or None."""
+        s = self.sched_slices()
+        if s is None or self.log_start is None:
+            return None
+        first = int(s["ts"].min()) if s["ts"].size else self.log_start
+        return min(self.log_start, first), first
 
     # -- the prelude's picks
     def _name(self, tid: int) -> str:

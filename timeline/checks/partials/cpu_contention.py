@@ -82,11 +82,8 @@ def part(cols: SchedColumns, starts) -> dict | None:
     out = {**base, "main": [main["name"], main["tid"]], "steady": None, "bw": None, "storm": None,
            "worst": None, "who": None}
     if steady:
-        # "+x s" from trace_start(): between the log's first record and the first switch the trace keeps
-        sched = cols.sched_slices()
-        first = int(sched["ts"].min()) if sched["ts"].size else cols.log_start
-        try:
-            a, b = (_fixed((lo - t) / 1e9, 2) for t in (min(cols.log_start, first), first))
+        try:  # "+x s" from trace_start(), known to lie between two bounds
+            a, b = (_fixed((lo - t) / 1e9, 2) for t in cols.start_bounds())
         except Unsure:
             return None
         if a != b:
