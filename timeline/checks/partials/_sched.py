@@ -39,13 +39,14 @@ _gpu.Unsure (a ValueError) on a rounding edge: a merge then gives no rows and th
 
 How trace_processor turns the switches into states (checked row for row by tests/unit/
 test_sched_partials.py): each CPU's first switch is dropped (it has no prev), with the wakings on
-that CPU up to its time; a switch closes the prev thread's open state (unless that state was not
+that CPU before it; a switch closes the prev thread's open state (unless that state was not
 Running: lost data, the old row stays open, dur -1) and opens the prev_state one, then closes the
 next thread's and opens Running; a waking of a thread with no row opens R; of a thread that is
 Running or R it is ignored; else it closes the open state and opens R (so an R+ thread woken becomes
 R); a fork opens R for the child (waker: the parent) without closing anything; the idle task gets no
-row. Where a thread has two events at one time that are not switches on one CPU, or a waking of it
-comes at the time of a switch on the waking's CPU (trace_processor orders them as its sorter likes), a tid that was forked twice or ran before its fork (two utids),
+row. At one time on one CPU, the switches of a compact_sched bundle come before its wakings. Where a
+thread has two events at one time that are not switches on one CPU, or a waking of it comes at the
+time of a switch on its CPU in another bundle (trace_processor orders them as its sorter likes), a tid that was forked twice or ran before its fork (two utids),
 or a recording above MAX_ROWS, the answer is None and the checks run through trace_processor.
 """
 from __future__ import annotations
@@ -57,6 +58,7 @@ import numpy as np
 from ... import proc_records
 from ...converters.interface import Column
 from ...converters.model import IDLE_TID, OUTSIDE_TID
+from ...converters.perfetto.writer import MAX_BUNDLE
 from ._gpu import CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _Strings, launch_keys, startup_ends
 
 _LETTERS = "SDTtXZPI"  # prev_state bits 0..7 (kernel >= 4.14), as trace_processor prints them
@@ -119,6 +121,7 @@ class SchedColumns:
         self.cuda: dict[int, list] = {}  # pid -> [first CUDA call ts, last CUDA call end]
         self.marks: list[tuple] = []  # the recorder's main-thread markers: dur, tid
         self.rows = 0
+        self._blocks = 0
         self.declined = ""
         self.main_declined = ""
         self._cols = None
@@ -137,13 +140,18 @@ class SchedColumns:
         for c in chunks:
             if not self._hold(c.sw_ts.size + c.wk_ts.size):
                 return
+            self._blocks += 1  # the writer's compact_sched bundles: per block and CPU, MAX_BUNDLE events each
             if c.sw_ts.size:
                 self.sw.append((np.full(c.sw_ts.size, c.cpu, np.int32), c.sw_ts.astype(np.int64),
                                 c.sw_prev.astype(np.int32), c.sw_next.astype(np.int32),
-                                c.sw_state.astype(np.int32)))
+                                c.sw_state.astype(np.int32), self._bundles(c.sw_ts.size)))
             if c.wk_ts.size:
                 self.wk.append((np.full(c.wk_ts.size, c.cpu, np.int32), c.wk_ts.astype(np.int64),
-                                c.wk_waker.astype(np.int32), c.wk_woken.astype(np.int32)))
+                                c.wk_waker.astype(np.int32), c.wk_woken.astype(np.int32),
+                                self._bundles(c.wk_ts.size)))
+
+    def _bundles(self, n: int) -> np.ndarray:
+        return self._blocks << 20 | np.arange(n, dtype=np.int64) // MAX_BUNDLE
 
     def proc(self, recs: np.ndarray) -> None:
         f = recs[recs["kind"] == proc_records.PROC_FORK]
@@ -191,23 +199,24 @@ class SchedColumns:
         return self._cols or None
 
     def _work_out(self):
-        cpu, ts, prev, nxt, state = (np.concatenate(c) for c in zip(*self.sw))
+        cpu, ts, prev, nxt, state, bundle = (np.concatenate(c) for c in zip(*self.sw))
         o = np.argsort(cpu, kind="stable")  # (a radix sort) each CPU's blocks come in time order...
         cpu, ts = cpu[o], ts[o]
         if ((np.diff(ts) < 0) & (cpu[1:] == cpu[:-1])).any():  # ... else: stable, equal times keep their order
             o2 = np.lexsort((ts, cpu))
             o, cpu, ts = o[o2], cpu[o2], ts[o2]
-        prev, nxt, state = prev[o], nxt[o], state[o]
+        prev, nxt, state, bundle = prev[o], nxt[o], state[o], bundle[o]
         first = np.r_[True, cpu[1:] != cpu[:-1]]
         keep = ~first
         sw = {"cpu": cpu[keep], "ts": ts[keep], "prev": prev[keep], "next": nxt[keep], "state": state[keep]}
         wk = {k: np.zeros(0, np.int64) for k in ("cpu", "ts", "waker", "woken", "tie")}
         if self.wk:
-            wcpu, wts, _, woken = (np.concatenate(c) for c in zip(*self.wk))
+            wcpu, wts, _, woken, wbundle = (np.concatenate(c) for c in zip(*self.wk))
             # A compact waking names no waker: trace_processor takes the task its CPU last switched to
-            # (the dropped first switch included), and skips the wakings up to that first switch.
+            # (the dropped first switch included), and skips the wakings before that first switch. At one
+            # time, a bundle's switches come before its wakings (its order); else their order is unknown.
             o = np.argsort(wcpu, kind="stable")
-            wcpu, wts, woken = wcpu[o], wts[o], woken[o]
+            wcpu, wts, woken, wbundle = wcpu[o], wts[o], woken[o], wbundle[o]
             waker, k, tie = np.zeros(wts.size, np.int64), np.zeros(wts.size, bool), np.zeros(wts.size, bool)
             lo_w = np.searchsorted(wcpu, np.unique(wcpu))
             for c, a in zip(np.unique(wcpu).tolist(), lo_w.tolist()):
@@ -217,9 +226,12 @@ class SchedColumns:
                     continue  # no switch on that CPU: all skipped
                 t = wts[a:b]
                 at = lo + np.searchsorted(ts[lo:hi], t, "right") - 1
-                k[a:b] = t > ts[lo]
+                k[a:b] = t >= ts[lo]
                 waker[a:b] = nxt[np.maximum(at, lo)]
-                tie[a:b] = lo + np.searchsorted(ts[lo:hi], t, "left") <= at  # a switch then: order unknown
+                same = lo + np.searchsorted(ts[lo:hi], t, "left")  # the first switch at the waking's time
+                j = np.minimum(same, hi - 1)
+                # switches at its time from another bundle than its own (both ends of the run checked)
+                tie[a:b] = (same <= at) & ((bundle[j] != wbundle[a:b]) | (bundle[np.maximum(at, lo)] != wbundle[a:b]))
             wk = {"cpu": wcpu[k], "ts": wts[k], "waker": waker[k], "woken": woken[k], "tie": tie[k]}
         fk = ([np.concatenate(c) for c in zip(*self.forks)] if self.forks else
               [np.zeros(0, np.int64)] * 3)
@@ -263,12 +275,12 @@ class SchedColumns:
         seq = np.r_[o, i, np.full(w.size + f.size, n_sw)]
         kind = np.r_[np.full(o.size, _OUT), np.full(i.size, _IN), np.full(w.size, _WAKE), np.full(f.size, _NEW)]
         arg = np.r_[sw["state"][o], np.zeros(i.size, np.int64), wk["waker"][w], fk["parent"][f]].astype(np.int64)
-        src = np.r_[sw["cpu"][o], sw["cpu"][i], np.full(w.size + f.size, -1)].astype(np.int64)
+        src = np.r_[sw["cpu"][o], sw["cpu"][i], wk["cpu"][w], np.full(f.size, -1)].astype(np.int64)
         order = np.lexsort((seq, ev_ts))
         ev_ts, kind, arg, src = ev_ts[order], kind[order], arg[order], src[order]
         same = ev_ts[1:] == ev_ts[:-1]
         if wk["tie"][w].any() or (same & ((src[1:] < 0) | (src[1:] != src[:-1]))).any():
-            return None  # two events of the thread at one time, not one CPU's switches: the sorter decides
+            return None  # two events of the thread at one time, not on one CPU (its switches, then its wakings)
         if f.size > 1 or (f.size and (ev_ts[0] != fk["ts"][f[0]] or kind[0] != _NEW)):
             return None  # forked twice, or ran before its fork: trace_processor makes two threads of it
         return _replay(ev_ts, kind, arg)
