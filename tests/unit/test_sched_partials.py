@@ -459,3 +459,35 @@ def test_random_sched_gives_trace_processors_rows(tmp_path, monkeypatch, seed):
     assert certain >= 6
     got = c.sched_slices()
     assert list(zip(*(got[k].tolist() for k in ("cpu", "ts", "dur", "tid")))) == [tuple(r) for r in sched]
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_cpu_contention_partial_on_random_sched(tmp_path, seed):
+    """Random switches and wakings (gaps up to 0.8 ms) of the main thread, hogs, the backward thread and
+    tasks outside the recording on 2 CPUs: the index gives the SQL's findings."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    tids = [PID, BACK, HOG, 2001]
+    g = SchedGpuLog([proc(PID, (PID, "python3"), (BACK, "pt_autograd_0")),
+                     proc(HOG, (HOG, "hog"), (2001, "hog2"), comm="hog")], span_us=1_300_000)
+    g.rec(R.KERNEL, us(10), us(20), correlation=1, device=0, stream=7, name=g.string(1, "k"))
+    running = {0: 0, 1: 0}
+    t = 100
+    for i in range(3000):
+        t += int(rng.integers(1, 800))
+        cpu = int(rng.integers(0, 2))
+        if rng.random() < 0.25:
+            g.ops.append(("waking", us(t), cpu, running[cpu], int(rng.choice(tids)), cpu))
+            continue
+        nxt = int(rng.choice(tids + [0, OUT], p=[0.35, 0.1, 0.15, 0.1, 0.15, 0.15]))
+        prev = running[cpu]
+        if nxt == prev:
+            continue
+        g.ops.append(("switch", us(t), cpu, prev, nxt, int(rng.choice([0, 1, 2, 0x100])), 120, prev in tids,
+                      nxt in tids))
+        running[cpu] = nxt
+    (status, want), got, index = cc_both_ways(tmp_path, g, split="50ms")
+    assert t > 1_000_000  # two windows of 1 s
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    # the hogs' last slices are still open (dur -1) while the main thread waits: span_join's -1 ns pieces
+    assert "the CPUs were meanwhile taken by" in want[0].message, want

@@ -152,19 +152,17 @@ def part(cols: SchedColumns, starts) -> dict | None:
 
 def _who(cols: SchedColumns, main: dict, ws: np.ndarray, we: np.ndarray):
     """Top 3 of [who, ns] that held a CPU while the main thread waited (the SQL's _tl_cc_who; ws, we:
-    the waits, in time order), or None where not certain (a tie in the top 3, a CPU's last slice, still
-    open, before the last wait, an unnamed thread)."""
+    the waits, in time order), or None where not certain (a tie in the top 3, an unnamed thread)."""
     s = cols.sched_slices()
     hold = (s["tid"] != 0) & (s["tid"] != main["tid"]) & (s["tid"] != IDLE_PSEUDO)
     ts, dur, tid = s["ts"][hold], s["dur"][hold], s["tid"][hold]
-    # A CPU's last slice is open (dur -1): span_join cuts it as ending 1 ns before it starts, a -1 ns
-    # piece where it starts inside a wait (as _below gives it). Where a wait starts after it, or at its
-    # edges, what span_join makes of it is not known here.
-    t = ts[dur < 0]
-    if ws.size and ((t <= ws[-1] + 1) | (t == we[-1])).any():
-        return None
     on = np.ones(ws.size, bool)
-    busy = _below(ws, we, on, ts + dur) - _below(ws, we, on, ts)
+    busy = _below(ws, we, on, ts + np.maximum(dur, 0)) - _below(ws, we, on, ts)
+    # A CPU's last slice is open (dur -1): span_join gives it a -1 ns piece where it starts in a wait
+    # (a start at the wait's end is not in it), none elsewhere
+    i = np.searchsorted(ws, ts, "right") - 1
+    inside = (i >= 0) & (ts < we[np.maximum(i, 0)]) if ws.size else np.zeros(ts.size, bool)
+    busy = np.where(dur < 0, np.where(inside, -1, 0), busy)
     some = busy != 0
     tids, inv = np.unique(tid[some], return_inverse=True)
     per = np.zeros(tids.size, np.int64)
