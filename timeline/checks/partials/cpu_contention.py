@@ -11,11 +11,14 @@ Each chunk's part is empty. Bounded: some 40 numbers and 3 short names.
 
 Windows as the SQL's (_tl_windows: window_s long, widened to at most WINDOW_CAP over the span; a
 state cut at window edges as its span_join cuts it); a window's times are sums of the clipped states.
+Who held the CPUs: each sched slice's overlap with the long waits, a CPU's open last slice (dur -1)
+as span_join cuts it (a -1 ns piece where it starts inside a wait).
 
 No partial (the SQL runs) where _sched.py has none (no certain main thread, its states not certain),
 for other parameters than the defaults, or where the SQL breaks a tie by its row order (two windows
 with the same top rate or share that would be reported, two of the top-3 CPU holders with the same
-time), and where the recording's start is not certain to the 10 ms the steady state's "+x s" shows.
+time), where the recording's start is not certain to the 10 ms the steady state's "+x s" shows,
+and where a number lies on a rounding edge (_gpu.Unsure: the merge gives no rows).
 """
 from __future__ import annotations
 
