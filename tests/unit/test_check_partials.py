@@ -54,7 +54,7 @@ class StackedGpuLog(GpuLog):
         return b
 
 
-def training_log(steps=40, slow=(), unlinked_device=False, stacks=None, warmup_us=0) -> GpuLog:
+def training_log(steps=40, slow=(), unlinked_device=False, stacks=None, warmup_us=0, delay_us=3) -> GpuLog:
     """A process launching kernels k0..k4 (each its own function pointer, so each its own kernel
     to the start-up rule) 20 us each, steps of 5 launches; `slow`: {(step, i): kernel us}.
     unlinked_device: kernels on GPU 1 that no launch call's flow reaches; stacks: {(step, i): "A" or "B"},
@@ -69,7 +69,7 @@ def training_log(steps=40, slow=(), unlinked_device=False, stacks=None, warmup_u
             if step == 0 and i == 4:
                 t += warmup_us
             dur = slow.get((step, i), 20)
-            begin = max(t + 3, free)
+            begin = max(t + delay_us, free)
             g.corr += 1
             g.call("cudaLaunchKernel", us(t), 5000, args=(0x1000 + 16 * i,))
             if (step, i) in (stacks or {}):
@@ -230,6 +230,18 @@ def test_gpu_queue_delay_partial_gives_the_sql_findings(tmp_path, host_bound):
         else:  # the start-up's 10 ms of GPU work is not counted busy (it would make the GPU ~5% idle)
             idle = int(re.search(r"the GPU was idle (\d+)%", want[0].message).group(1))
             assert status == "warning" and 50 < idle < 80, want
+
+
+def test_a_number_on_a_rounding_edge_prints_as_the_sql(tmp_path):
+    """Kernels starting 2.05 us after their launch: the median delay, printed %.1f, is 2.0 in
+    trace_processor's SQLite (the double is just below 2.05) where 16 digits round to 2.1; the
+    partial prints the exact double as SQLite does."""
+    one, path, index = converted(tmp_path, training_log(slow={}, delay_us=2.05), "3ms")
+    assert "gpu_queue_delay" in index.get("partials", {})
+    status, want = sql_findings(one, "gpu_queue_delay")
+    assert "kernels started 2.0 us (median" in want[0].message, want
+    got = set_result(path, "gpu_queue_delay")
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
 
 
 def test_a_single_slice_is_read_as_a_batch_of_one():

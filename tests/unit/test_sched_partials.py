@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 
 from rawlog_factory import LogBuilder, T, end_block, scenario
+from test_check_partials import converted, sql_findings
 from test_gpu_convert import PID, GpuLog, us
 from timeline import events as ev
+from timeline.checks.partials._gpu import _fixed, _round
 from timeline.checks.partials._sched import SchedColumns, state_name
+from timeline.checks.traceset import FROM_INDEX, check_set
 from timeline.checks.runner import prelude_sql
 from timeline.converters import convert, trace_set
 from timeline.converters.model import OUTSIDE_TID
@@ -17,7 +20,8 @@ from timeline.converters.trace_set import SplitSpec
 from timeline.cuda import records as cuda_records
 from timeline.cuda.probes import table_meta
 from timeline.gpu import records as R
-from timeline.trace_processor import open_trace
+from timeline.identity import invoking_user
+from timeline.trace_processor import TraceProcessorConfig, open_trace
 
 
 def fed(tmp_path, raw, monkeypatch) -> SchedColumns:
@@ -49,11 +53,12 @@ def tables(path):
         sched = tp.query("select s.cpu, s.ts, s.dur, t.tid from sched s join thread t using (utid) "
                          "order by s.cpu, s.ts, s.id").rows
         dups = tp.query("select tid from thread group by tid having count(*) > 1").rows
+        start = tp.query("select trace_start()").rows[0][0]
     assert not dups  # one utid per tid: rows per tid are one thread's
     per: dict = {}
     for tid, ts, dur, state, waker in st:
         per.setdefault(tid, []).append((ts, dur, state, waker))
-    return per, sched
+    return per, sched, start
 
 
 def rebuilt(c: SchedColumns, tid):
@@ -120,8 +125,10 @@ def test_thread_states_and_sched_are_trace_processors(tmp_path, monkeypatch, log
     raw = busy_log(tmp_path / "run.tlraw") if log == "busy" else scenario(tmp_path / "run.tlraw")
     one = str(tmp_path / "one.pftrace")
     convert(raw, one)
-    want, sched = tables(one)
+    want, sched, start = tables(one)
     c = fed(tmp_path, raw, monkeypatch)
+    lo, hi = c.start_bounds()
+    assert lo <= start <= hi
     assert set(want) - {0} <= set(c.model.threads) | {OUTSIDE_TID}
     for tid in sorted(set(want) | set(c.model.threads) | {0}):
         assert rebuilt(c, tid) == want.get(tid, []), tid
@@ -161,6 +168,19 @@ def test_same_time_events_of_a_thread_are_not_guessed(tmp_path, monkeypatch):
     c = fed(tmp_path, raw, monkeypatch)
     assert c.thread_states(1000) is None
     assert c.thread_states(1001)["state"].tolist() == ["Running", "S"]
+    # a waking of 1001 at the time of a switch on its CPU in the next block: which ran then (its waker)
+    # is the sorter's choice; in one block the switch comes first (test_thread_states_and_sched_...)
+    b.flush()
+    b.waking(T(50), 0, 0, 1001, 0)
+    b.flush()
+    b.switch(T(50), 0, 0, 1000, prev_tracked=False)
+    b.switch(T(60), 0, 1000, 0, prev_state=1, next_tracked=False)
+    raw = b.write(tmp_path / "run2.tlraw", end_block(stop_ts=T(100)))
+    monkeypatch.undo()  # fed's patches, made again
+    (tmp_path / "2").mkdir()
+    c = fed(tmp_path / "2", raw, monkeypatch)
+    assert c.thread_states(1001) is None
+    assert c.thread_states(1000) is None  # (its T(20) waking still)
 
 
 class SchedGpuLog(GpuLog):
@@ -250,3 +270,219 @@ def test_picks_are_the_preludes(tmp_path, monkeypatch, case):
     assert [(b["tid"], b["name"])] == back == [(1002, "pt_autograd_0")]  # the launches outrank run time
     assert run[1003] > run[1002]
     assert [c.steady(m)] == steady and steady[0][0] > us(100)  # after the start-up
+
+
+# -- cpu_contention's partial: `timeline check SET --only cpu_contention` from the index gives the
+# findings its SQL gives on the same recording converted as one trace
+
+HOG, OUT, OUT2, BACK = 2000, 77, 88, 1002
+
+
+def contention_log(case: str) -> SchedGpuLog:
+    """Main thread 1000 on CPU 0 in periods of `period` us: it runs, is preempted (R+) by a hog of
+    another process or by a task outside the recording, runs again, sleeps and is woken (a short R).
+    contended: long preemptions (33% of the time it wants a CPU: error); calm: short ones (ok);
+    storm: 100 us periods (10,000 switches/s). With `cuda`, it launches kernels (k4 first in the 6th
+    period: the steady state starts there) and the backward thread pt_autograd_0 (CPU 1) waits 25%."""
+    cuda = case in ("contended", "calm", "storm", "tied_markers", "params")
+    comm = "trainer" if case == "no_main" else "python3"
+    procs = [proc(PID, (PID, comm), (1001, "worker"), (BACK, "pt_autograd_0"), comm=comm),
+             proc(HOG, (HOG, "hog"), comm="hog")]
+    if case == "tied_markers":  # two training processes with a DataLoader worker each: equally long markers
+        procs[0]["threads"] = procs[0]["threads"][:1]
+        procs += [proc(1500, (1500, "python3")), {**proc(1600, (1600, "pt_data_worker"), comm="pt_data_worker"),
+                                                  "ppid": PID},
+                  {**proc(1700, (1700, "pt_data_worker"), comm="pt_data_worker"), "ppid": 1500}]
+    # widen: 30 h (5 periods at the start, 5 at the end): more than WINDOW_CAP windows of 1 s
+    late = 30 * 3600 * 1_000_000 if case == "widen" else 0
+    g = SchedGpuLog(procs, span_us=400_000 + late)
+    # no_cuda: 1.01 s, two windows of the SQL's 1 s
+    period, n = (100, 2000) if case == "storm" else (1000, {"no_cuda": 1010, "widen": 10}.get(case, 300))
+    steal = {"contended": (301, 353), "calm": (31, 43), "storm": (0, 0)}.get(case, (301, 353))
+    names = [g.string(i + 1, f"k{i}") for i in range(5)]
+    ops = g.ops
+    base = 1000
+    if case not in ("no_main", "no_cuda"):  # (no_cuda: the span starts at the first preemption, base + 400)
+        ops.append(("switch", us(base - 10), 0, 5, PID, 0, 120, False))
+    if case != "no_main":
+        ops.append(("switch", us(base - 10), 1, 6, BACK, 0, 120, False))
+    for k in range(n):
+        t = base + k * period + (late if k >= 5 else 0)
+        if case == "no_main":  # only tasks outside the recording ran
+            ops += [("switch", us(t), 0, 0, OUT, 0, 120, False, False), ("switch", us(t + 500), 0, OUT, 0, 1, 120,
+                                                                            False, False)]
+            continue
+        if cuda:
+            for i in range(5 if k >= 5 else 4):
+                g.corr += 1
+                at = us(t + 2 + 3 * i)
+                g.call("cudaLaunchKernel", at, 2000, args=(0x1000 + 16 * i,))
+                g.rec(R.API, at + 100, at + 1900, tid=PID, correlation=g.corr, domain=211)
+                g.rec(R.KERNEL, at + 3000, at + 5000, correlation=g.corr, device=0, stream=7, name=names[i])
+        bw = 251 if case in ("contended", "no_cuda") else 21
+        ops += [("switch", us(t + 500), 1, BACK, OUT2, 0x100, 120, True, False),
+                ("switch", us(t + 500 + bw), 1, OUT2, BACK, 0, 120, False)]
+        if case == "storm":
+            ops += [("switch", us(t + 50), 0, PID, 0, 1, 120, True, False), ("waking", us(t + 80), 0, 0, PID, 0),
+                    ("switch", us(t + 100), 0, 0, PID, 0, 120, False)]
+            continue
+        thief, back = (HOG, steal[0]) if k % 2 else (OUT, steal[1])
+        pre = 400
+        if k >= 1000:  # the last 10 ms: the worst, a window of its own (1 s after the span's start)
+            pre, back = (300, 580) if k == 1000 else (250, 600)  # k == 1000: a wait across the windows' edge
+        ops += [("switch", us(t + pre), 0, PID, thief, 0x100, 120, True, thief == HOG),
+                ("switch", us(t + pre + back), 0, thief, PID, 0x100, 120, thief == HOG),
+                ("switch", us(t + 900), 0, PID, OUT, 1, 120, True, False),
+                ("waking", us(t + 950), 0, OUT, PID, 0),
+                ("switch", us(t + 1000), 0, OUT, PID, 0, 120, False),
+]
+    if not cuda:
+        g.rec(R.KERNEL, us(10), us(20), correlation=99_999, device=0, stream=7, name=names[0])
+    return g
+
+
+def cc_both_ways(tmp_path, g, params=None, split="5ms"):
+    one, path, index = converted(tmp_path, g, split)
+    status, want = sql_findings(one, "cpu_contention")
+    got = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=["cpu_contention"],
+                    params=params, workers=1).results[0]
+    return (status, want), got, index
+
+
+@pytest.mark.parametrize("case", ["contended", "calm", "storm", "no_cuda", "no_main", "widen"])
+def test_cpu_contention_partial_gives_the_sql_findings(tmp_path, case):
+    """SQL on one trace vs partial+merge on a set of ~5 ms chunks: every finding, its severity, text
+    (numbers as SQLite prints them), ts, dur and columns."""
+    split = {"no_cuda": "50ms", "widen": "30000000ms"}.get(case, "5ms")
+    (status, want), got, index = cc_both_ways(tmp_path, contention_log(case), split=split)
+    assert "cpu_contention" in index.get("partials", {}), index.get("partials")
+    assert len(index["chunks"]) > 3
+    assert got.note == FROM_INDEX
+    assert (got.status, got.findings) == (status, want)
+    text = " | ".join(f.message for f in want)
+    expected = {"contended": "error", "calm": "ok", "storm": "warning", "no_cuda": "error", "no_main": "n/a",
+                "widen": "ok"}[case]
+    assert status == expected, text
+    if case in ("contended", "no_cuda"):
+        assert "hog (tid 2000)" in text and "taken by tasks outside the recording" in text, text
+        assert "worst window" in text
+    if case == "no_cuda":  # the second window's share, not the whole span's
+        worst = next(f for f in want if f.message.startswith("worst window"))
+        assert want[0].ts == us(1400) and worst.ts == want[0].ts + 1_000_000_000 and worst.evidence["runnable_fraction"] > \
+            want[0].evidence["runnable_fraction"], want
+    if case in ("contended", "calm", "storm"):
+        assert "steady state from +" in text and "backward thread pt_autograd_0" in text, text
+    if case == "storm":
+        assert "context-switch storm" in text, text
+    if case == "widen":
+        assert "would need 108,001 windows of 1 s: they are 1 s long instead (100,000 of them)" in text, text
+
+
+@pytest.mark.parametrize("case", ["tied_markers", "params"])
+def test_cpu_contention_falls_back_on_the_sql(tmp_path, case):
+    """Two main-thread markers equally long (the SQL takes the first in its row order) or other
+    parameters than the partial was made with: no partial, the SQL runs on the chunks."""
+    params = {"cpu_contention": {"min_wait_us": 100}} if case == "params" else None
+    (status, want), got, index = cc_both_ways(tmp_path, contention_log(case), params)
+    assert got.note != FROM_INDEX
+    if case == "params":
+        assert "cpu_contention" in index.get("partials", {})
+    else:
+        assert "cpu_contention" not in index.get("partials", {})
+
+
+def test_numbers_on_a_rounding_edge_print_as_sqlite_does(tmp_path):
+    """trace_processor's SQLite prints and rounds the exact double, half away from zero: where 16
+    significant digits would round the other way (0.045 is 0.04499..), _fixed/_round still agree."""
+    vals = [0.045, 0.075, 0.015, 1.005, 2.675, 0.125, 0.005, 12.345, 0.0225, 0.3333, 2.5, 45.15e-3, 1e-9]
+    raw = scenario(tmp_path / "run.tlraw")
+    convert(raw, str(tmp_path / "one.pftrace"))
+    with open_trace(str(tmp_path / "one.pftrace"), engine="wasm") as tp:
+        sql = tp.query("select " + ", ".join(f"printf('%.2f', {v!r}), round({v!r}, 2)" for v in vals)).rows[0]
+    assert [(_fixed(v, 2), _round(v, 2)) for v in vals] == list(zip(sql[::2], sql[1::2]))
+    assert _fixed(0.045, 2) == "0.04" and _fixed(12.345, 2) == "12.35"
+
+
+def test_no_sched_partial_past_max_rows(tmp_path, monkeypatch):
+    """Past MAX_ROWS held switches and wakings the columns are dropped, no cpu_contention partial is
+    written: the SQL runs."""
+    from timeline.checks.partials import _sched
+    monkeypatch.setattr(_sched, "MAX_ROWS", 500)
+    (status, want), got, index = cc_both_ways(tmp_path, contention_log("calm"))
+    assert "cpu_contention" not in index.get("partials", {})
+    assert got.note != FROM_INDEX and status == "ok"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_sched_gives_trace_processors_rows(tmp_path, monkeypatch, seed):
+    """Random switches and wakings on 3 CPUs (states R, R+, S, D; untracked tasks and idle; a thread
+    now and then switched in on two CPUs at once, as after a lost record; wakings of threads in any
+    state), in several blocks: every thread's rebuilt rows and the sched table equal trace_processor's."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    tids = [1000, 1001, 1002, 1003, 2000, 2001]
+    b = LogBuilder(ncpu=3)
+    b.procs(T(1), [proc(1000, *[(t, f"t{t}") for t in tids[:4]]), proc(2000, (2000, "a"), (2001, "b"), comm="hog")])
+    running = {0: 0, 1: 0, 2: 0}
+    t = 10
+    for i in range(600):
+        t += int(rng.integers(1, 40))
+        cpu = int(rng.integers(0, 3))
+        if rng.random() < 0.3:
+            b.waking(T(t), cpu, running[cpu], int(rng.choice(tids)), cpu)
+            continue
+        nxt = int(rng.choice(tids + [0, 77]))
+        prev = running[cpu]
+        if nxt == prev:
+            continue
+        b.switch(T(t), cpu, prev, nxt, prev_state=int(rng.choice([0, 1, 2, 0x100])),
+                 prev_tracked=prev in tids, next_tracked=nxt in tids)
+        running[cpu] = nxt
+        if i % 97 == 96:
+            b.flush()
+    raw = b.write(tmp_path / "run.tlraw", end_block(stop_ts=T(t + 100)))
+    one = str(tmp_path / "one.pftrace")
+    convert(raw, one)
+    want, sched, _ = tables(one)
+    c = fed(tmp_path, raw, monkeypatch)
+    certain = 0
+    for tid in sorted(set(want) | set(tids)):
+        got = c.thread_states(tid)
+        if got is not None:
+            certain += 1
+            assert rebuilt(c, tid) == want.get(tid, []), tid
+    assert certain >= 6
+    got = c.sched_slices()
+    assert list(zip(*(got[k].tolist() for k in ("cpu", "ts", "dur", "tid")))) == [tuple(r) for r in sched]
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_cpu_contention_partial_on_random_sched(tmp_path, seed):
+    """Random switches and wakings (gaps up to 0.8 ms) of the main thread, hogs, the backward thread and
+    tasks outside the recording on 2 CPUs: the index gives the SQL's findings."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    tids = [PID, BACK, HOG, 2001]
+    g = SchedGpuLog([proc(PID, (PID, "python3"), (BACK, "pt_autograd_0")),
+                     proc(HOG, (HOG, "hog"), (2001, "hog2"), comm="hog")], span_us=1_300_000)
+    g.rec(R.KERNEL, us(10), us(20), correlation=1, device=0, stream=7, name=g.string(1, "k"))
+    running = {0: 0, 1: 0}
+    t = 100
+    for i in range(3000):
+        t += int(rng.integers(1, 800))
+        cpu = int(rng.integers(0, 2))
+        if rng.random() < 0.25:
+            g.ops.append(("waking", us(t), cpu, running[cpu], int(rng.choice(tids)), cpu))
+            continue
+        nxt = int(rng.choice(tids + [0, OUT], p=[0.35, 0.1, 0.15, 0.1, 0.15, 0.15]))
+        prev = running[cpu]
+        if nxt == prev:
+            continue
+        g.ops.append(("switch", us(t), cpu, prev, nxt, int(rng.choice([0, 1, 2, 0x100])), 120, prev in tids,
+                      nxt in tids))
+        running[cpu] = nxt
+    (status, want), got, index = cc_both_ways(tmp_path, g, split="50ms")
+    assert t > 1_000_000  # two windows of 1 s
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    # the hogs' last slices are still open (dur -1) while the main thread waits: span_join's -1 ns pieces
+    assert "the CPUs were meanwhile taken by" in want[0].message, want

@@ -423,7 +423,8 @@ def _py_line(stack: str):
 
 def _fixed(x: float, digits: int) -> str:
     """SQLite's printf %.Nf as trace_processor v52's SQLite gives it: the exact binary value rounded
-    half away from zero (0.015 is 0.01499..: '0.01'; 0.025 is 0.02500..01: '0.03'; 0.25: '0.3')."""
+    half away from zero (0.015 is 0.01499..: '0.01'; 0.045 is 0.04499..: '0.04'; 12.345 is
+    12.34500..06: '12.35'; 0.25: '0.3'). Not 16 significant digits, which part ways at such edges."""
     d = Decimal(x).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
     return f"{d:.{digits}f}"
 

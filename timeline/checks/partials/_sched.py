@@ -31,16 +31,22 @@ API (all times ns, BOOTTIME as in the trace; tids as the trace shows them: 0 idl
   .backward_thread(main)      -> {"tid", "name"} (tl_backward_thread), False for none, None: not certain.
   .steady(main)               -> (ts, end_ts) of tl_steady, False for no row (no CUDA call in the main
                                   process), None if not certain.
+  .start_bounds()             -> (lo, hi): trace_start() of the one trace lies in [lo, hi] (the log's
+                                  first record, the first switch the trace keeps); a "+x s" printed
+                                  from it is certain where both ends print alike.
+Numbers go out as the SQL prints them with _gpu._fixed / _round (printf %.Nf, round(): the exact
+binary value rounded half away from zero, as trace_processor's SQLite does).
 
 How trace_processor turns the switches into states (checked row for row by tests/unit/
 test_sched_partials.py): each CPU's first switch is dropped (it has no prev), with the wakings on
-that CPU up to its time; a switch closes the prev thread's open state (unless that state was not
+that CPU before it; a switch closes the prev thread's open state (unless that state was not
 Running: lost data, the old row stays open, dur -1) and opens the prev_state one, then closes the
 next thread's and opens Running; a waking of a thread with no row opens R; of a thread that is
 Running or R it is ignored; else it closes the open state and opens R (so an R+ thread woken becomes
 R); a fork opens R for the child (waker: the parent) without closing anything; the idle task gets no
-row. Where a thread has two events at one time that are not switches on one CPU (trace_processor
-orders them as its sorter likes), a tid that was forked twice or ran before its fork (two utids),
+row. At one time on one CPU, the switches of a compact_sched bundle come before its wakings. Where a
+thread has two events at one time that are not switches on one CPU, or a waking of it comes at the
+time of a switch on its CPU in another bundle (trace_processor orders them as its sorter likes), a tid that was forked twice or ran before its fork (two utids),
 or a recording above MAX_ROWS, the answer is None and the checks run through trace_processor.
 """
 from __future__ import annotations
@@ -51,7 +57,8 @@ import numpy as np
 
 from ... import proc_records
 from ...converters.interface import Column
-from ...converters.model import IDLE_TID
+from ...converters.model import IDLE_TID, OUTSIDE_TID
+from ...converters.perfetto.writer import MAX_BUNDLE
 from ._gpu import CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _Strings, launch_keys, marked_main, startup_ends
 
 _LETTERS = "SDTtXZPI"  # prev_state bits 0..7 (kernel >= 4.14), as trace_processor prints them
@@ -66,6 +73,37 @@ def state_name(v: int):
     if v & 0xFF == 0:
         return "R+" if v & _PREEMPT else "R"
     return "".join(c for i, c in enumerate(_LETTERS) if v >> i & 1)
+
+
+def _names(v: np.ndarray) -> np.ndarray:
+    """state_name of each prev_state (an object array), worked out once per distinct value."""
+    uniq, inv = np.unique(v, return_inverse=True)
+    return np.array([state_name(int(x)) for x in uniq.tolist()] + [None], object)[:-1][inv.reshape(-1)]
+
+
+def _replay(ts: np.ndarray, kind: np.ndarray, arg: np.ndarray) -> dict:
+    """A thread's rows from its events in trace_processor's order (the module doc's rules), without a
+    loop over them: a waking counts only as the first after a switch-out to a blocked state (or as the
+    thread's first event), as a thread Running or R ignores it; each row lasts until the next one, but
+    for a switch-out of a thread that was not Running (lost data) and a fork, which leave it open."""
+    out_state = np.full(ts.size, None, object)
+    out = kind == _OUT
+    out_state[out] = _names(arg[out])
+    wake = kind == _WAKE
+    # the last event that is not a waking, at or before each event (-1: none)
+    last = np.maximum.accumulate(np.where(~wake, np.arange(ts.size), -1)) if ts.size else np.zeros(0, np.int64)
+    before = np.r_[-1, last[:-1]] if ts.size else last  # ... strictly before
+    b = np.maximum(before, 0)
+    awake = (before >= 0) & ((kind[b] == _IN) | (kind[b] == _NEW) | ((kind[b] == _OUT) & (out_state[b] == "R")))
+    first = np.r_[True, ~wake[:-1]] if ts.size else wake  # the first waking since that event
+    keep = ~wake | (first & ~awake)
+    ts, kind, arg, state = ts[keep], kind[keep], arg[keep], out_state[keep]
+    state[kind == _IN] = "Running"
+    state[(kind == _WAKE) | (kind == _NEW)] = "R"
+    closes = (kind[1:] == _IN) | (kind[1:] == _WAKE) | ((kind[1:] == _OUT) & (state[:-1] == "Running"))
+    dur = np.r_[np.where(closes, ts[1:] - ts[:-1], -1), -1] if ts.size else np.zeros(0, np.int64)
+    return {"ts": ts, "dur": dur.astype(np.int64), "waker": np.where((kind == _WAKE) | (kind == _NEW), arg, -1),
+            "state": state}
 
 
 class SchedColumns:
@@ -83,6 +121,7 @@ class SchedColumns:
         self.cuda: dict[int, list] = {}  # pid -> [first CUDA call ts, last CUDA call end]
         self.marks: list[tuple] = []  # the recorder's main-thread markers: dur, ts, tid, pid
         self.rows = 0
+        self._blocks = 0
         self.declined = ""
         self.main_declined = ""
         self._cols = None
@@ -101,13 +140,18 @@ class SchedColumns:
         for c in chunks:
             if not self._hold(c.sw_ts.size + c.wk_ts.size):
                 return
+            self._blocks += 1  # the writer's compact_sched bundles: per block and CPU, MAX_BUNDLE events each
             if c.sw_ts.size:
                 self.sw.append((np.full(c.sw_ts.size, c.cpu, np.int32), c.sw_ts.astype(np.int64),
                                 c.sw_prev.astype(np.int32), c.sw_next.astype(np.int32),
-                                c.sw_state.astype(np.int32)))
+                                c.sw_state.astype(np.int32), self._bundles(c.sw_ts.size)))
             if c.wk_ts.size:
                 self.wk.append((np.full(c.wk_ts.size, c.cpu, np.int32), c.wk_ts.astype(np.int64),
-                                c.wk_waker.astype(np.int32), c.wk_woken.astype(np.int32)))
+                                c.wk_waker.astype(np.int32), c.wk_woken.astype(np.int32),
+                                self._bundles(c.wk_ts.size)))
+
+    def _bundles(self, n: int) -> np.ndarray:
+        return self._blocks << 20 | np.arange(n, dtype=np.int64) // MAX_BUNDLE
 
     def proc(self, recs: np.ndarray) -> None:
         f = recs[recs["kind"] == proc_records.PROC_FORK]
@@ -155,19 +199,24 @@ class SchedColumns:
         return self._cols or None
 
     def _work_out(self):
-        cpu, ts, prev, nxt, state = (np.concatenate(c) for c in zip(*self.sw))
-        o = np.lexsort((ts, cpu))  # stable: equal times on a CPU keep the stream's order
-        cpu, ts, prev, nxt, state = cpu[o], ts[o], prev[o], nxt[o], state[o]
+        cpu, ts, prev, nxt, state, bundle = (np.concatenate(c) for c in zip(*self.sw))
+        o = np.argsort(cpu, kind="stable")  # (a radix sort) each CPU's blocks come in time order...
+        cpu, ts = cpu[o], ts[o]
+        if ((np.diff(ts) < 0) & (cpu[1:] == cpu[:-1])).any():  # ... else: stable, equal times keep their order
+            o2 = np.lexsort((ts, cpu))
+            o, cpu, ts = o[o2], cpu[o2], ts[o2]
+        prev, nxt, state, bundle = prev[o], nxt[o], state[o], bundle[o]
         first = np.r_[True, cpu[1:] != cpu[:-1]]
         keep = ~first
         sw = {"cpu": cpu[keep], "ts": ts[keep], "prev": prev[keep], "next": nxt[keep], "state": state[keep]}
         wk = {k: np.zeros(0, np.int64) for k in ("cpu", "ts", "waker", "woken", "tie")}
         if self.wk:
-            wcpu, wts, _, woken = (np.concatenate(c) for c in zip(*self.wk))
+            wcpu, wts, _, woken, wbundle = (np.concatenate(c) for c in zip(*self.wk))
             # A compact waking names no waker: trace_processor takes the task its CPU last switched to
-            # (the dropped first switch included), and skips the wakings up to that first switch.
+            # (the dropped first switch included), and skips the wakings before that first switch. At one
+            # time, a bundle's switches come before its wakings (its order); else their order is unknown.
             o = np.argsort(wcpu, kind="stable")
-            wcpu, wts, woken = wcpu[o], wts[o], woken[o]
+            wcpu, wts, woken, wbundle = wcpu[o], wts[o], woken[o], wbundle[o]
             waker, k, tie = np.zeros(wts.size, np.int64), np.zeros(wts.size, bool), np.zeros(wts.size, bool)
             lo_w = np.searchsorted(wcpu, np.unique(wcpu))
             for c, a in zip(np.unique(wcpu).tolist(), lo_w.tolist()):
@@ -177,9 +226,12 @@ class SchedColumns:
                     continue  # no switch on that CPU: all skipped
                 t = wts[a:b]
                 at = lo + np.searchsorted(ts[lo:hi], t, "right") - 1
-                k[a:b] = t > ts[lo]
+                k[a:b] = t >= ts[lo]
                 waker[a:b] = nxt[np.maximum(at, lo)]
-                tie[a:b] = lo + np.searchsorted(ts[lo:hi], t, "left") <= at  # a switch then: order unknown
+                same = lo + np.searchsorted(ts[lo:hi], t, "left")  # the first switch at the waking's time
+                j = np.minimum(same, hi - 1)
+                # switches at its time from another bundle than its own (both ends of the run checked)
+                tie[a:b] = (same <= at) & ((bundle[j] != wbundle[a:b]) | (bundle[np.maximum(at, lo)] != wbundle[a:b]))
             wk = {"cpu": wcpu[k], "ts": wts[k], "waker": waker[k], "woken": woken[k], "tie": tie[k]}
         fk = ([np.concatenate(c) for c in zip(*self.forks)] if self.forks else
               [np.zeros(0, np.int64)] * 3)
@@ -223,30 +275,23 @@ class SchedColumns:
         seq = np.r_[o, i, np.full(w.size + f.size, n_sw)]
         kind = np.r_[np.full(o.size, _OUT), np.full(i.size, _IN), np.full(w.size, _WAKE), np.full(f.size, _NEW)]
         arg = np.r_[sw["state"][o], np.zeros(i.size, np.int64), wk["waker"][w], fk["parent"][f]].astype(np.int64)
-        src = np.r_[sw["cpu"][o], sw["cpu"][i], np.full(w.size + f.size, -1)].astype(np.int64)
+        src = np.r_[sw["cpu"][o], sw["cpu"][i], wk["cpu"][w], np.full(f.size, -1)].astype(np.int64)
         order = np.lexsort((seq, ev_ts))
         ev_ts, kind, arg, src = ev_ts[order], kind[order], arg[order], src[order]
         same = ev_ts[1:] == ev_ts[:-1]
         if wk["tie"][w].any() or (same & ((src[1:] < 0) | (src[1:] != src[:-1]))).any():
-            return None  # two events of the thread at one time, not one CPU's switches: the sorter decides
+            return None  # two events of the thread at one time, not on one CPU (its switches, then its wakings)
         if f.size > 1 or (f.size and (ev_ts[0] != fk["ts"][f[0]] or kind[0] != _NEW)):
             return None  # forked twice, or ran before its fork: trace_processor makes two threads of it
-        rts, rdur, rstate, rwaker = [], [], [], []
-        last = None  # the state of the thread's latest row (trace_processor's last_row)
-        for t, k, a in zip(ev_ts.tolist(), kind.tolist(), arg.tolist()):
-            if k == _WAKE and last is not None and last in ("R", "Running"):
-                continue
-            close = last is not None and not (k == _NEW or (k == _OUT and last != "Running"))
-            if close:
-                rdur[-1] = t - rts[-1]
-            st = "Running" if k == _IN else "R" if k in (_WAKE, _NEW) else state_name(a)
-            rts.append(t)
-            rdur.append(-1)
-            rstate.append(st)
-            rwaker.append(a if k in (_WAKE, _NEW) else -1)
-            last = st
-        return {"ts": np.array(rts, np.int64), "dur": np.array(rdur, np.int64),
-                "waker": np.array(rwaker, np.int64), "state": np.array(rstate, object)}
+        return _replay(ev_ts, kind, arg)
+
+    def start_bounds(self):
+        """(lo, hi) around trace_start() (the module doc), or None."""
+        s = self.sched_slices()
+        if s is None or self.log_start is None:
+            return None
+        first = int(s["ts"].min()) if s["ts"].size else self.log_start
+        return min(self.log_start, first), first
 
     # -- the prelude's picks
     def _name(self, tid: int) -> str:
@@ -275,8 +320,10 @@ class SchedColumns:
                 return None
             tid, why = next(x for x, v in first.items() if v == early), "issues the most kernel launches"
         else:
-            self.main_declined = "no marker and no kernel launch (the training process' rules: not modelled)"
-            return None
+            s = self.sched_slices()
+            if s is None or np.isin(s["tid"], [IDLE_TID, OUTSIDE_TID], invert=True).any():
+                self.main_declined = "no marker and no kernel launch (the training process' rules: not modelled)"
+            return None  # else no process has scheduled threads: no main thread, certainly
         name = self._name(tid)
         if not name or self.declined:
             self.main_declined = self.declined or "a main thread with no name"
