@@ -84,7 +84,10 @@ def part(cols: SchedColumns, starts) -> dict | None:
     out = {**base, "main": [main["name"], main["tid"]], "steady": None, "bw": None, "storm": None,
            "worst": None, "who": None}
     if steady:
-        a, b = (_fixed((lo - t) / 1e9, 2) for t in cols.start_bounds())  # trace_start() lies between the two
+        # trace_start() lies between the two bounds, and at or before the steady state's start (a CUDA
+        # call's, itself in the trace)
+        first, last = cols.start_bounds()
+        a, b = (_fixed((lo - t) / 1e9, 2) for t in (first, min(last, lo)))
         if a != b:
             return None
         out["steady"] = a
