@@ -551,6 +551,8 @@ def partial_collectors(m: LogModel) -> dict:
     out = partials.collectors()
     for c in out.values():
         c.pid_of = m.thread_tgid
+        c.name_of = m.thread_name
+        c.sched_seen = bool(m.n_switch or m.n_waking)
         c.log_start = m.start_ts()  # the one trace's first record (gpu_breakdown's "from +x s")
     return out
 

@@ -4,12 +4,14 @@ gpu_queue_delay and gpu_breakdown. What is read from the converter's slice batch
 - GPU work (categories gpu_kernel/gpu_memcpy/gpu_memset, dur > 0): ts, dur, name, device, flow id in;
 - the slices with a flow out (their thread, process, ts, category and `py` arg): who owns each
   device, when each kernel was launched and from which Python line;
-- the kernel launches (their process, ts and kernel): each process' start-up (tl_startup).
+- the kernel launches (their process, thread, ts, dur, function, kernel and `py` args): each process'
+  start-up (tl_startup), and launch_latency's per-launch CPU times;
+- how many CUDA calls (the cuda family recorded at all: launch_latency's n/a vs not recorded).
 - the NVTX ranges on threads (ts, dur, thread, name) and the recorder's main-thread markers
   (category dataloader, 'main training thread'): gpu_breakdown's per-step row.
 
 A device's steady state starts after the start-up of the process that owns it, known only once the
-whole recording is read: so the columns are held until the end of the conversion (16 to 33 bytes a
+whole recording is read: so the columns are held until the end of the conversion (16 to 40 bytes a
 row, MAX_ROWS rows at most) and worked out once, over every chunk.
 
 Where the SQL's answer hangs on something this does not model, there is no partial and the checks
@@ -32,7 +34,7 @@ CUDA_CATS = ("cuda", "cuda_driver", "nccl")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
             "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
 MAIN_CAT, MAIN_MARK = "dataloader", "main training thread"  # the prelude's _tl_main_pick, first rule
-MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
+MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 40 bytes each: ~0.8 GB at most)
 
 
 class _Strings:
@@ -82,10 +84,13 @@ class GpuColumns:
     def __init__(self, pid_of=None):
         self.s = _Strings()
         self.pid_of = pid_of or (lambda tid: tid)
+        self.name_of = lambda tid: ""   # a thread's name as the trace shows it ("": unknown; the converter sets it)
+        self.sched_seen = False         # switches or wakings in the log (thread_state has rows; the converter sets it)
         self.gpu: list[tuple] = []      # ts, dur, name, is a kernel, device, flow in
         self.src: list[tuple] = []      # flow id, tid, pid, py, ts, is a CUDA call
         self._steady = None
-        self.launch: list[tuple] = []   # ts, pid, kernel key
+        self.launch: list[tuple] = []   # ts, pid, kernel key, dur, tid, function (fn), kernel arg, py arg
+        self.cuda_calls = 0             # CUDA call slices seen (held or not)
         self.log_start = None           # the log's first record (the converter sets it)
         self.nvtx: dict[int, int] = {}  # NVTX range name -> how many thread slices of it (gpu_breakdown's steps)
         self.ranges: list[tuple] = []   # NVTX thread slices: ts, dur, tid, pid, name (gpu_breakdown's steps)
@@ -143,6 +148,7 @@ class GpuColumns:
                                                          np.broadcast_to(np.asarray(pid, np.int64), (n,))[nvtx]),
                                     names))
         cuda = np.isin(cats, [self.s.code(c) for c in CUDA_CATS])
+        self.cuda_calls += int(cuda.sum())
         tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
         pids = None
         if flow_out is not None:
@@ -163,6 +169,7 @@ class GpuColumns:
         if not launch.any() or not self._hold(int(launch.sum())):
             return
         key = np.full(n, -1, np.int64)  # coalesce(kernel, func, function, name): as the prelude's _tl_launch_k
+        kernel = None                   # the kernel arg alone (launch_latency's first launch of each)
         for k in ("kernel", "func", "function"):
             c = _arg(args, k)
             if c is None:
@@ -175,10 +182,16 @@ class GpuColumns:
                 vals = np.array([self.s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
                 if c.present is not None:
                     vals = np.where(c.present, vals, -1)
+            if k == "kernel":
+                kernel = vals
             key = np.where(key < 0, vals, key)
         key = np.where(key < 0, fn, key)
         pids = self._pids(tid, pid) if pids is None else pids
-        self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
+        kernel = np.full(n, -1, np.int64) if kernel is None else kernel
+        self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32),
+                            np.broadcast_to(np.asarray(dur, np.int64), (n,))[launch].copy(),
+                            tid[launch].astype(np.int32), fn[launch].astype(np.int32),
+                            kernel[launch].astype(np.int32), self.s.codes(_arg(args, "py"), n)[launch].astype(np.int32)))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         """A batch of slices on a named track (the sink's `group_slices`: GPU work)."""
@@ -263,7 +276,7 @@ class GpuColumns:
         out: dict = {}
         if not self.launch:
             return out
-        ts, pid, key = (np.concatenate(c) for c in zip(*self.launch))
+        ts, pid, key = (np.concatenate(c) for c in list(zip(*self.launch))[:3])
         for p in np.unique(pid).tolist():
             m = pid == p
             t, k = ts[m], key[m]
