@@ -162,3 +162,14 @@ def test_ties_run_the_sql(tmp_path):
     _, path, index = converted(tmp_path / "first", launch_log(slow={(10, 0): 900}, same_ts=True), "1ms")
     assert CHECK not in index.get("partials", {})
     assert set_result(path, CHECK).note == NOT_MERGED
+
+
+def test_a_thread_the_recording_never_named_runs_the_sql(tmp_path):
+    """A worst launch from a thread without a name in the recording (not in its process snapshot, no
+    fork seen): its name in the trace is trace_processor's to give, so the merge declines."""
+    g = launch_log(slow={(10, 0): 900})
+    g.call("cudaLaunchKernel", us(g.span_us), 3_000_000, tid=1002, args=(FUNC[0], FUNC[0]))
+    g.span_us += 5000
+    (_, want), got, index, _ = both_ways(tmp_path, g, "1ms", check=CHECK)
+    assert CHECK in index["partials"] and got.note == NOT_MERGED
+    assert any("(tid 1002)" in f.message for f in want), want
