@@ -21,17 +21,37 @@ LATE = 0x9000
 
 
 class LaunchLog(StackedGpuLog):
-    """StackedGpuLog without GPU work, and without its scheduling records unless `sched`."""
+    """StackedGpuLog without GPU work, and without its scheduling records unless `sched`: then the main
+    thread runs on CPU 0 from the start to the end (the worker on CPU 1) but for the spans `off_cpu`
+    adds."""
 
     def __init__(self, sched=False):
         super().__init__()
         self.sched = sched
+        self.away: list[tuple] = []  # (from us, to us, prev_state: 0 preempted, else asleep)
+        self.at: dict = {}           # (step, i) -> when launch_log launched it (us)
+
+    def off_cpu(self, start_us, end_us, state, wake_us=2):
+        """The main thread off CPU 0 over [start, end): preempted by an untracked task (state 0: R) or
+        asleep (1: S, 2: D) until woken (on CPU 1) wake_us before its end."""
+        self.away.append((start_us, end_us, state, wake_us))
 
     def builder(self):
         b = super().builder()
+        b.blocks = [x for x in b.blocks if not (x[0] == "ring" and x[1][0] == sched_records.RING_SCHED)]
         if not self.sched:
-            b.blocks = [x for x in b.blocks if not (x[0] == "ring" and x[1][0] == sched_records.RING_SCHED)]
             b.header["events"] = ["proc"]
+            return b
+        b.switch(us(0), 0, 5, TID, prev_tracked=False)
+        b.switch(us(10), 1, 6, WORKER, prev_state=1, prev_tracked=False)
+        for start, end, state, wake in sorted(self.away):
+            b.switch(us(start), 0, TID, 7 if state == 0 else 0, prev_state=state, next_tracked=False)
+            if state:
+                b.waking(us(end - wake), 1, WORKER, TID, 0)
+            b.switch(us(end), 0, 7 if state == 0 else 0, TID, prev_tracked=False)
+        b.switch(us(self.span_us), 0, TID, 5, prev_state=1, next_tracked=False)
+        b.switch(us(self.span_us), 1, WORKER, 6, prev_state=1, next_tracked=False)
+        b.flush()
         return b
 
 
@@ -49,6 +69,7 @@ def launch_log(steps=40, slow=None, stacks=None, late=None, entry_only=False, sc
         for i in range(5):
             dur = int((slow or {}).get((step, i), 0) * 1000) or 4000 + ((step * 5 + i) * 37) % 1000
             tid = WORKER if i == 3 else TID
+            g.at[step, i] = t
             g.call(FNS[i], us(t), 0 if entry_only else dur, tid=tid, args=(FUNC[i], FUNC[i]))
             if entry_only:
                 g.calls[-1]["flags"] = 0
@@ -173,3 +194,42 @@ def test_a_thread_the_recording_never_named_runs_the_sql(tmp_path):
     (_, want), got, index, _ = both_ways(tmp_path, g, "1ms", check=CHECK)
     assert CHECK in index["partials"] and got.note == NOT_MERGED
     assert any("(tid 1002)" in f.message for f in want), want
+
+
+def test_thread_states_of_the_worst_launches(tmp_path):
+    """With scheduling records: the main thread preempted for half of the worst launch (runnable: it
+    lost its CPU), asleep (S) for 2/3 of the second, in D for 1/5 of the third, running through the
+    others. The fractions, the hints and the worker's states come from the index as the SQL's span join
+    over thread_state gives them."""
+    g = launch_log(slow=OUTLIERS, sched=True)
+    g.off_cpu(g.at[30, 1] + 500, g.at[30, 1] + 1500, 0)
+    g.off_cpu(g.at[10, 0] + 100, g.at[10, 0] + 700, 1)
+    g.off_cpu(g.at[15, 1] + 100, g.at[15, 1] + 240, 2)
+    status, want, got, index = check_both_ways(tmp_path, g)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    info = [f for f in want if f.severity == "info"]
+    assert [(f.evidence["max_us"], f.evidence["running_fraction"]) for f in info] == [
+        (2000, 0.5), (900, 0.333), (700, 0.8)], info
+    assert info[0].evidence["runnable_fraction"] == 0.5 and "lost its CPU" in info[0].hint
+    assert "sleeping/blocked 66%" in info[1].message and "driver blocked" in info[1].hint
+    assert "sleeping/blocked 20%" in info[2].message and "burned CPU" in info[2].hint
+
+
+def test_thread_states_not_certain_run_the_sql(tmp_path):
+    """The main thread woken (on CPU 1) at the very time it is switched in on CPU 0 during a listed
+    launch: which comes first is trace_processor's sorter's choice, so the merge declines."""
+    g = launch_log(slow=OUTLIERS, sched=True)
+    g.off_cpu(g.at[10, 0] + 100, g.at[10, 0] + 700, 1, wake_us=0)
+    (_, want), got, index, _ = both_ways(tmp_path, g, "1ms", check=CHECK)
+    assert CHECK in index["partials"] and got.note == NOT_MERGED
+    assert len([f for f in want if f.severity == "info"]) == 3
+
+
+def test_no_partial_past_max_rows(tmp_path, monkeypatch):
+    """Past MAX_ROWS held rows (switches, wakings, forks, launches) _sched.py drops them: no partial,
+    the SQL runs."""
+    from timeline.checks.partials import _sched
+    monkeypatch.setattr(_sched, "MAX_ROWS", 150)
+    _, path, index = converted(tmp_path, launch_log(slow={(10, 0): 900}), "1ms")
+    assert CHECK not in index.get("partials", {})
+    assert set_result(path, CHECK).note == NOT_MERGED

@@ -189,6 +189,7 @@ class SplitSink(TrackSink):
         self._lifetime = lifetime or (lambda kind, ident: (None, None))
         self.flows = FlowEnds()
         self.taps: list = []  # checks' partial collectors (timeline.checks.partials): see every slice batch
+        #                       (and, those with `sched`/`proc` methods, SplitWriter's sched and proc records)
 
     # -- routing
     def chunk_of(self, ts) -> np.ndarray:
@@ -445,6 +446,9 @@ class SplitWriter:
             w.begin()
 
     def sched(self, chunks: list[CpuSched]) -> None:
+        for tap in self.sink.taps:  # as the one trace would carry them: before any chunk's carried switches
+            if hasattr(tap, "sched"):
+                tap.sched(chunks)
         for c in chunks:
             ks = self.sink.chunk_of(np.r_[c.sw_ts, c.wk_ts])
             for k in np.unique(ks).tolist():
@@ -477,6 +481,9 @@ class SplitWriter:
                 self.writers[j].sched([_switches(cpu, [t], [task], [IDLE_TID])])
 
     def proc(self, recs: np.ndarray) -> None:
+        for tap in self.sink.taps:
+            if hasattr(tap, "proc"):
+                tap.proc(recs)
         k = self.sink.chunk_of(recs["ts"])
         for c in np.unique(k).tolist():
             part = recs[k == c]
@@ -551,9 +558,9 @@ def partial_collectors(m: LogModel) -> dict:
     out = partials.collectors()
     for c in out.values():
         c.pid_of = m.thread_tgid
-        c.name_of = m.thread_name
-        c.sched_seen = bool(m.n_switch or m.n_waking)
         c.log_start = m.start_ts()  # the one trace's first record (gpu_breakdown's "from +x s")
+        if hasattr(c, "model"):
+            c.model = m  # thread names and processes, as the trace names them
     return out
 
 

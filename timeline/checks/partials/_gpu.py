@@ -4,14 +4,12 @@ gpu_queue_delay and gpu_breakdown. What is read from the converter's slice batch
 - GPU work (categories gpu_kernel/gpu_memcpy/gpu_memset, dur > 0): ts, dur, name, device, flow id in;
 - the slices with a flow out (their thread, process, ts, category and `py` arg): who owns each
   device, when each kernel was launched and from which Python line;
-- the kernel launches (their process, thread, ts, dur, function, kernel and `py` args): each process'
-  start-up (tl_startup), and launch_latency's per-launch CPU times;
-- how many CUDA calls (the cuda family recorded at all: launch_latency's n/a vs not recorded).
+- the kernel launches (their process, ts and kernel): each process' start-up (tl_startup).
 - the NVTX ranges on threads (ts, dur, thread, name) and the recorder's main-thread markers
   (category dataloader, 'main training thread'): gpu_breakdown's per-step row.
 
 A device's steady state starts after the start-up of the process that owns it, known only once the
-whole recording is read: so the columns are held until the end of the conversion (16 to 40 bytes a
+whole recording is read: so the columns are held until the end of the conversion (16 to 33 bytes a
 row, MAX_ROWS rows at most) and worked out once, over every chunk.
 
 Where the SQL's answer hangs on something this does not model, there is no partial and the checks
@@ -34,7 +32,7 @@ CUDA_CATS = ("cuda", "cuda_driver", "nccl")
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
             "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
 MAIN_CAT, MAIN_MARK = "dataloader", "main training thread"  # the prelude's _tl_main_pick, first rule
-MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 40 bytes each: ~0.8 GB at most)
+MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
 
 
 class _Strings:
@@ -84,13 +82,10 @@ class GpuColumns:
     def __init__(self, pid_of=None):
         self.s = _Strings()
         self.pid_of = pid_of or (lambda tid: tid)
-        self.name_of = lambda tid: ""   # a thread's name as the trace shows it ("": unknown; the converter sets it)
-        self.sched_seen = False         # switches or wakings in the log (thread_state has rows; the converter sets it)
         self.gpu: list[tuple] = []      # ts, dur, name, is a kernel, device, flow in
         self.src: list[tuple] = []      # flow id, tid, pid, py, ts, is a CUDA call
         self._steady = None
-        self.launch: list[tuple] = []   # ts, pid, kernel key, dur, tid, function (fn), kernel arg, py arg
-        self.cuda_calls = 0             # CUDA call slices seen (held or not)
+        self.launch: list[tuple] = []   # ts, pid, kernel key
         self.log_start = None           # the log's first record (the converter sets it)
         self.nvtx: dict[int, int] = {}  # NVTX range name -> how many thread slices of it (gpu_breakdown's steps)
         self.ranges: list[tuple] = []   # NVTX thread slices: ts, dur, tid, pid, name (gpu_breakdown's steps)
@@ -148,7 +143,6 @@ class GpuColumns:
                                                          np.broadcast_to(np.asarray(pid, np.int64), (n,))[nvtx]),
                                     names))
         cuda = np.isin(cats, [self.s.code(c) for c in CUDA_CATS])
-        self.cuda_calls += int(cuda.sum())
         tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
         pids = None
         if flow_out is not None:
@@ -160,38 +154,11 @@ class GpuColumns:
                 if m.any() and self._hold(int(m.sum())):
                     self.src.append((ids[m, j], tid[m].astype(np.int32), pids[m].astype(np.int32),
                                      py[m].astype(np.int32), ts[m], cuda[m]))
-        names = self.s.codes(name, n)
-        # the prelude's fn: the name without the per-thread-stream suffixes (worked out per distinct name)
-        uniq, inv = np.unique(names, return_inverse=True)
-        fn = np.array([self.s.code(self.s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
-                       for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
-        launch = cuda & np.isin(fn, [self.s.code(x) for x in LAUNCHES])
+        launch, key = launch_keys(self.s, n, name, cuda, args)
         if not launch.any() or not self._hold(int(launch.sum())):
             return
-        key = np.full(n, -1, np.int64)  # coalesce(kernel, func, function, name): as the prelude's _tl_launch_k
-        kernel = None                   # the kernel arg alone (launch_latency's first launch of each)
-        for k in ("kernel", "func", "function"):
-            c = _arg(args, k)
-            if c is None:
-                continue
-            if c.kind == "str":
-                vals = self.s.codes(c, n)
-            else:  # numbers: each distinct one named once
-                uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)
-                text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
-                vals = np.array([self.s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
-                if c.present is not None:
-                    vals = np.where(c.present, vals, -1)
-            if k == "kernel":
-                kernel = vals
-            key = np.where(key < 0, vals, key)
-        key = np.where(key < 0, fn, key)
         pids = self._pids(tid, pid) if pids is None else pids
-        kernel = np.full(n, -1, np.int64) if kernel is None else kernel
-        self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32),
-                            np.broadcast_to(np.asarray(dur, np.int64), (n,))[launch].copy(),
-                            tid[launch].astype(np.int32), fn[launch].astype(np.int32),
-                            kernel[launch].astype(np.int32), self.s.codes(_arg(args, "py"), n)[launch].astype(np.int32)))
+        self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         """A batch of slices on a named track (the sink's `group_slices`: GPU work)."""
@@ -271,22 +238,59 @@ class GpuColumns:
                 "py": pick(s_py, -1), "call_ts": pick(s_ts, 0), "from_call": pick(s_cuda, False) & has}
 
     def _startup_ends(self) -> dict:
-        """Per process: tl_startup.end_ts, the first launch of the last kernel new to it among those
-        launched at least twice and first seen in the first half of its launches; None if none."""
-        out: dict = {}
         if not self.launch:
-            return out
-        ts, pid, key = (np.concatenate(c) for c in list(zip(*self.launch))[:3])
-        for p in np.unique(pid).tolist():
-            m = pid == p
-            t, k = ts[m], key[m]
-            o = np.argsort(t, kind="stable")
-            t, k = t[o], k[o]
-            n = t.size
-            keys, first_i, cnt = np.unique(k, return_index=True, return_counts=True)  # first_i: 0-based
-            ok = (cnt >= 2) & (first_i + 1 <= n // 2)
-            out[p] = int(t[first_i[ok]].max()) if ok.any() else None
-        return out
+            return {}
+        return startup_ends(*(np.concatenate(c) for c in zip(*self.launch)))
+
+
+def launch_keys(s: _Strings, n: int, name, cuda: np.ndarray, args) -> tuple[np.ndarray, np.ndarray]:
+    """Of a slice batch (`cuda`: its rows of CUDA categories), the kernel launches (the prelude's
+    _tl_launches) and what each launched (_tl_launch_k's kernel key, a string code; -1 elsewhere)."""
+    fn = launch_fns(s, n, name)
+    launch = cuda & np.isin(fn, [s.code(x) for x in LAUNCHES])
+    key = np.full(n, -1, np.int64)
+    if not launch.any():
+        return launch, key
+    for k in ("kernel", "func", "function"):  # coalesce(kernel, func, function, name): as _tl_launch_k
+        c = _arg(args, k)
+        if c is not None:
+            key = np.where(key < 0, arg_codes(s, c, n), key)
+    return launch, np.where(launch, np.where(key < 0, fn, key), -1)
+
+
+def launch_fns(s: _Strings, n: int, name) -> np.ndarray:
+    """The prelude's fn of each row: its name without the per-thread-stream suffixes (a string code)."""
+    uniq, inv = np.unique(s.codes(name, n), return_inverse=True)  # worked out per distinct name
+    return np.array([s.code(s.strings[c].replace("_ptsz", "").replace("_ptds", "")) if c >= 0 else -1
+                     for c in uniq.tolist()], np.int64)[inv.reshape(-1)]
+
+
+def arg_codes(s: _Strings, c: Column, n: int) -> np.ndarray:
+    """An arg's value per row as a string code (-1: absent); a number as "key:text", so that it is
+    not equal to a string of the same text (SQLite tells them apart)."""
+    if c.kind == "str":
+        return s.codes(c, n)
+    uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)  # each distinct number named once
+    text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
+    vals = np.array([s.code(f"{c.key}:{t}") for t in text], np.int64)[inv.reshape(-1)]
+    return vals if c.present is None else np.where(c.present, vals, -1)
+
+
+def startup_ends(ts: np.ndarray, pid: np.ndarray, key: np.ndarray) -> dict:
+    """Per process, of its kernel launches (ts, pid, kernel key): tl_startup.end_ts, the first launch of
+    the last kernel new to it among those launched at least twice and first seen in the first half of
+    its launches; None if none."""
+    out: dict = {}
+    for p in np.unique(pid).tolist():
+        m = pid == p
+        t, k = ts[m], key[m]
+        o = np.argsort(t, kind="stable")
+        t, k = t[o], k[o]
+        n = t.size
+        keys, first_i, cnt = np.unique(k, return_index=True, return_counts=True)  # first_i: 0-based
+        ok = (cnt >= 2) & (first_i + 1 <= n // 2)
+        out[p] = int(t[first_i[ok]].max()) if ok.any() else None
+    return out
 
 
 def _source_rows(s_id: np.ndarray, g_flow: np.ndarray):

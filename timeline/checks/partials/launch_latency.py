@@ -1,41 +1,46 @@
 """launch_latency (sql/launch_latency.sql) as a partial computed at conversion.
 
-Its inputs are _gpu.py's kernel launches (every launch call: process, thread, ts, dur, function without
-its _ptsz/_ptds suffix, kernel and `py` args) and each process' start-up (tl_startup), held to the end of
-the conversion. The launches judged are the SQL's _tl_ll: dur > 0, not the first of its (process, kernel
+Its inputs are _sched.py's: every kernel launch call (process, thread, ts, dur, function without its
+_ptsz/_ptds suffix, kernel and `py` args), held to the end of the conversion, each process' start-up
+(tl_startup), the threads' names and their thread_state rows. The launches judged are the SQL's _tl_ll: dur > 0, not the first of its (process, kernel
 arg) pair, not in its process' start-up. The set part holds per function n, p50, p99 and max (nearest
 rank, exact) and whether any launch was recorded at all (the n/a text). Each chunk's part holds, per
 function, its outliers under those medians (how many, the first start and last end, the Python lines
 they came from) and the chunk's longest max_outliers + 1 outliers of all functions, each with its thread's
-tid and name, Python line and the thread's state over it: the merge takes the longest max_outliers and
-sees whether a tie crosses or falls inside that cut. Bounded: functions x lines + max_outliers + 1.
+tid and name, Python line and the thread's state over it (the SQL's span join of thread_state rows
+with dur > 0: the running, runnable (R, R+) and blocked (S, D*) fractions and the ns covered; null
+without any: "thread state not recorded"): the merge takes the longest max_outliers and sees whether a
+tie crosses or falls inside that cut. Bounded: functions x lines + max_outliers + 1.
 
-No partial (the SQL runs) where _gpu.py declines, without any CUDA call (the check is then "not
+No partial (the SQL runs) where _sched.py declines, without any CUDA call (the check is then "not
 recorded", not n/a), when two launches tie for the first of a (process, kernel) pair (the SQL's
 row_number picks one by its row order), with more Python lines than MAX_LINES in a chunk's part, for
 other parameters than the defaults; none from the merge when durations tie among the longest
-max_outliers + 1 outliers (the SQL's `order by dur desc limit` and the rows' order hang on its row order)
-or a listed launch's thread has no name in the recording (the trace's may come from elsewhere).
+max_outliers + 1 outliers (the SQL's `order by dur desc limit` and the rows' order hang on its row order),
+a listed launch's thread has no name in the recording (the trace's may come from elsewhere) or its
+thread_state rows are not certain (_sched.py's thread_states: None).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..catalog import BY_ID
-from ._gpu import GpuColumns, _fixed, _g, _py_line, _round, made_with, nearest_rank
+from ._gpu import _fixed, _g, _py_line, _round, made_with, nearest_rank, startup_ends
+from ._sched import SchedColumns
 
 CHECK = "launch_latency"
 VERSION = 1
 MAX_LINES = 1_000       # Python lines per function in a chunk's part
-Collector = GpuColumns
+Collector = SchedColumns
 
 
-def _judged(cols: GpuColumns):
+def _judged(cols: SchedColumns):
     """The launches the SQL judges (its _tl_ll) as a dict of arrays, and how many launches were
     recorded at all; None where the SQL's choice of each kernel's first launch is a tie."""
     if not cols.launch:
         return {}, 0
-    ts, pid, _, dur, tid, fn, kernel, py = (np.concatenate(c) for c in zip(*cols.launch))
+    ts, tid, pid, key = (np.concatenate(c) for c in zip(*cols.launch))
+    dur, fn, kernel, py = (np.concatenate(c) for c in zip(*cols.launch_more))
     total = ts.size
     idx = np.flatnonzero(dur > 0)
     if not idx.size:
@@ -50,23 +55,40 @@ def _judged(cols: GpuColumns):
         return None
     first = np.zeros(idx.size, bool)
     first[order[head]] = True
-    ends = cols._startup_ends()
+    ends = startup_ends(ts, pid, key)
     uniq, inv = np.unique(pid[idx], return_inverse=True)
     startup_end = np.array([ends.get(p) or 0 for p in uniq.tolist()], np.int64)[inv.reshape(-1)]
     keep = idx[~first & (ts[idx] >= startup_end)]
     return {"ts": ts[keep], "dur": dur[keep], "tid": tid[keep], "fn": fn[keep], "py": py[keep]}, total
 
 
-def _state(cols: GpuColumns, tid: int, ts: int, dur: int):
-    """The thread's state over [ts, ts + dur): (running, runnable, blocked, covered ns), or None when
-    the trace has no thread_state there (the SQL's "thread state not recorded")."""
-    return None
+def _state(cols: SchedColumns, tid: int, ts: int, dur: int):
+    """The thread's state over [ts, ts + dur) as the SQL's span join of its thread_state rows with
+    dur > 0 gives it: [running, runnable, blocked, ns covered], None where no row covers it ("thread
+    state not recorded"), False where its rows are not certain."""
+    if not cols.sw:
+        return None  # no switch: thread_state has no row with a duration
+    st = cols.thread_states(tid)
+    if st is None:
+        return False
+    d = np.minimum(st["ts"] + st["dur"], ts + dur) - np.maximum(st["ts"], ts)
+    m = (st["dur"] > 0) & (d > 0)
+    covered = int(d[m].sum())
+    if not covered:
+        return None
+    state, d = st["state"][m], d[m]
+
+    def share(*names, prefix=None):
+        hit = np.array([x in names or (prefix is not None and x is not None and x.startswith(prefix))
+                        for x in state.tolist()], bool)
+        return int(d[hit].sum()) / covered
+    return [share("Running"), share("R", "R+"), share("S", prefix="D"), covered]
 
 
-def part(cols: GpuColumns, starts) -> dict | None:
+def part(cols: SchedColumns, starts) -> dict | None:
     """The set's part and each chunk's (the module doc), or None: no partial."""
-    if cols.declined or not cols.cuda_calls or cols.sched_seen:
-        return None  # sched_seen: thread states not modelled yet
+    if cols.declined or not cols.cuda:
+        return None  # (no CUDA call: the SQL's "not recorded")
     got = _judged(cols)
     if got is None:
         return None
@@ -106,7 +128,7 @@ def part(cols: GpuColumns, starts) -> dict | None:
             o = out[chunk[out] == k]
             for i in o[np.argsort(-dur[o], kind="stable")[:keep + 1]].tolist():
                 t, d = int(ts[i]), int(dur[i])
-                chunks[k]["worst"].append([t, d, strings[int(fn[i])], int(tid[i]), cols.name_of(int(tid[i])) or None,
+                chunks[k]["worst"].append([t, d, strings[int(fn[i])], int(tid[i]), cols._name(int(tid[i])) or None,
                                            _py_line(strings[py[i]]) if py[i] >= 0 else None,
                                            _state(cols, int(tid[i]), t, d)])
     return {"set": {"version": VERSION, "params": p, "stats": stats, "launches": total}, "chunks": chunks}
@@ -136,8 +158,8 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
     if any(a[1] == b[1] for a, b in zip(worst, worst[1:])):
         return None  # equal durations: which are listed, and in which order, is the SQL's row order
     worst = worst[:keep]
-    if any(w[4] is None for w in worst):
-        return None
+    if any(w[4] is None or w[6] is False for w in worst):
+        return None  # a thread without a name, or whose states are not certain
     rows = []
     for label in sorted(per):
         n, p50, p99, mx = stats[label]
