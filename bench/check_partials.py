@@ -1,7 +1,7 @@
-"""kernel_outliers, gpu_queue_delay and gpu_breakdown through trace_processor vs from the partials in a trace set's
-index (issue 23).
+"""kernel_outliers, gpu_queue_delay, gpu_breakdown and launch_latency through trace_processor vs from the partials
+in a trace set's index (issue 23).
 
-    python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000]
+    python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000] [--checks launch_latency,...]
 
 The synthetic 8-GPU node of bench/scale_8gpu.py (8 ranks, 10k launches/s each), converted into a
 trace set twice, each in a child process (peak RSS from its VmHWM): with the checks' partial
@@ -38,7 +38,7 @@ from timeline.converters import convert  # noqa: E402
 from timeline.identity import invoking_user  # noqa: E402
 from timeline.trace_processor import TraceProcessorConfig  # noqa: E402
 
-CHECKS = ["kernel_outliers", "gpu_queue_delay", "gpu_breakdown"]
+CHECKS = ["kernel_outliers", "gpu_queue_delay", "gpu_breakdown", "launch_latency"]
 
 
 def cpu() -> float:
@@ -76,8 +76,8 @@ else:
     for cid in partials.check_ids():
         mod = partials.module(cid)
         mod.part = timing(mod.part)
-        for name in ("slices", "group_slices"):
-            if not hasattr(getattr(mod.Collector, name), "__wrapped_timing__"):
+        for name in ("slice", "slices", "group_slices", "sched", "proc"):
+            if hasattr(mod.Collector, name) and not hasattr(getattr(mod.Collector, name), "__wrapped_timing__"):
                 f = timing(getattr(mod.Collector, name))
                 f.__wrapped_timing__ = True
                 setattr(mod.Collector, name, f)
@@ -107,7 +107,10 @@ def main() -> None:
     ap.add_argument("--keep", help="work in this directory and leave it")
     ap.add_argument("--compare", action="store_true", help="also check the log converted as one trace (SQL) "
                     "and say whether its findings equal the index's")
+    ap.add_argument("--checks", default=",".join(CHECKS), help="which of them (comma-separated); the conversion "
+                    "computes every partial either way")
     a = ap.parse_args()
+    checks = [c for c in a.checks.split(",") if c]
     d = a.keep or tempfile.mkdtemp(prefix="tl-partials-")
     os.makedirs(d, exist_ok=True)
     try:
@@ -142,7 +145,7 @@ def main() -> None:
         with open(os.path.join(old, "index.json"), "w") as f:
             json.dump(index, f)
         fast = {}
-        for check in CHECKS:
+        for check in checks:
             for name, where in (("from the index", res["out"]), ("through trace_processor", old)):
                 rep, s, c = timed(lambda: check_set(where, tpc, user, [check], workers=1))
                 r = rep.results[0]
@@ -158,7 +161,7 @@ def main() -> None:
             one = os.path.join(d, "one.pftrace")
             convert(raw, one)
             with open_trace(one, engine="wasm") as tp:
-                wants = run_checks(tp, one, only=CHECKS).results
+                wants = run_checks(tp, one, only=checks).results
             for want in wants:
                 got = fast[want.check.id]
                 print(f"single trace through SQL, {want.check.id}: its own statements {want.seconds:.2f} s (after "

@@ -83,6 +83,7 @@ class SchedColumns:
         self.forks: list[tuple] = []  # ts, parent tid, child tid
         self.launch: list[tuple] = []  # ts, tid, pid, kernel key
         self.launch_more: list[tuple] = []  # beside each: dur, fn, kernel arg, py arg (launch_latency's)
+        self.spans: list[tuple] = []  # every other thread slice: tid, ts, end (launch_latency's: how they nest)
         self.cuda: dict[int, list] = {}  # pid -> [first CUDA call ts, last CUDA call end]
         self.marks: list[tuple] = []  # the recorder's main-thread markers: dur, tid
         self.rows = 0
@@ -96,7 +97,7 @@ class SchedColumns:
         self.rows += n
         if self.rows > MAX_ROWS and not self.declined:
             self.declined = f"more than {MAX_ROWS:,} rows"
-            self.sw, self.wk, self.forks, self.launch, self.launch_more = [], [], [], [], []
+            self.sw, self.wk, self.forks, self.launch, self.launch_more, self.spans = [], [], [], [], [], []
         return not self.declined
 
     # -- what the converter writes
@@ -123,6 +124,8 @@ class SchedColumns:
         if cat in CUDA_CATS:
             self.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat, [
                 Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None])
+        elif not self.declined and self._hold(1):
+            self.spans.append((np.array([tid], np.int32), np.array([ts], np.int64), np.array([ts + max(dur, 0)], np.int64)))
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         ts = np.asarray(ts, np.int64).reshape(-1)
@@ -130,9 +133,14 @@ class SchedColumns:
         if not n or self.declined:
             return
         cuda = np.isin(self.s.codes(cat, n), [self.s.code(c) for c in CUDA_CATS])
+        tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
+        launch, key = launch_keys(self.s, n, name, cuda, args) if cuda.any() else (np.zeros(n, bool), None)
+        other = ~launch  # the sink writes each as begin/end packets at ts and ts + max(dur, 0)
+        if other.any() and self._hold(int(other.sum())):
+            self.spans.append((tid[other].astype(np.int32), ts[other],
+                               ts[other] + np.maximum(np.broadcast_to(np.asarray(dur, np.int64), (n,))[other], 0)))
         if not cuda.any():
             return
-        tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
         pids = (np.broadcast_to(np.asarray(pid, np.int64), (n,)) if pid is not None else
                 np.array([p if (p := self.pid_of(t)) is not None else t for t in tid.tolist()], np.int64))
         end = ts + np.broadcast_to(np.asarray(dur, np.int64), (n,))
@@ -141,7 +149,6 @@ class SchedColumns:
             lo, hi = int(ts[m].min()), int(end[m].max())
             have = self.cuda.setdefault(p, [lo, hi])
             have[0], have[1] = min(have[0], lo), max(have[1], hi)
-        launch, key = launch_keys(self.s, n, name, cuda, args)
         if launch.any() and self._hold(int(launch.sum())):
             self.launch.append((ts[launch], tid[launch].astype(np.int32), pids[launch].astype(np.int32),
                                 key[launch].astype(np.int32)))

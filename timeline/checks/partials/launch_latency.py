@@ -42,6 +42,8 @@ def _judged(cols: SchedColumns):
     ts, tid, pid, key = (np.concatenate(c) for c in zip(*cols.launch))
     dur, fn, kernel, py = (np.concatenate(c) for c in zip(*cols.launch_more))
     total = ts.size
+    if not _nested_as_written(cols, ts, tid, dur):
+        return None
     idx = np.flatnonzero(dur > 0)
     if not idx.size:
         return {}, total
@@ -60,6 +62,60 @@ def _judged(cols: SchedColumns):
     startup_end = np.array([ends.get(p) or 0 for p in uniq.tolist()], np.int64)[inv.reshape(-1)]
     keep = idx[~first & (ts[idx] >= startup_end)]
     return {"ts": ts[keep], "dur": dur[keep], "tid": tid[keep], "fn": fn[keep], "py": py[keep]}, total
+
+
+def _nested_as_written(cols: SchedColumns, ts, tid, dur) -> bool:
+    """Whether trace_processor gives every launch the duration the converter wrote. Each thread slice
+    is a begin and an end packet on its thread's track, and an end closes the slice on top of the
+    track's stack: a slice that starts inside a launch and ends after it, or starts before it and
+    ends inside it, swaps ends with it; one that starts at the same time with another end, ends when
+    it starts or starts when it ends is ordered as trace_processor's sorter likes (the synthetic
+    8-GPU node's NVTX steps start with their first launch, now and then)."""
+    if cols.spans:
+        s_tid, s_ts, s_end = (np.concatenate(c) for c in zip(*cols.spans))
+    else:
+        s_tid, s_ts, s_end = (np.zeros(0, np.int64),) * 3
+    end = ts + np.maximum(dur, 0)
+    for t in np.unique(tid).tolist():
+        mine = tid == t
+        lo_, hi_ = ts[mine], end[mine]  # the launches
+        other = s_tid == t
+        a_ts, a_end = np.r_[s_ts[other], lo_], np.r_[s_end[other], hi_]  # every slice of the thread
+        by_ts = np.argsort(a_ts, kind="stable")
+        t_ts, t_end = a_ts[by_ts], a_end[by_ts]
+        by_end = np.argsort(a_end, kind="stable")
+        e_end, e_ts = a_end[by_end], a_ts[by_end]
+        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        # starts inside (ts, end) ending after end; ends inside it, started before ts
+        if (_range(np.maximum, t_end, np.searchsorted(t_ts, lo_, "right"), np.searchsorted(t_ts, hi_), small)
+                > hi_).any():
+            return False
+        if (_range(np.minimum, e_ts, np.searchsorted(e_end, lo_, "right"), np.searchsorted(e_end, hi_), big)
+                < lo_).any():
+            return False
+        # the same start, another end
+        at = np.searchsorted(t_ts, lo_), np.searchsorted(t_ts, lo_, "right")
+        if ((_range(np.maximum, t_end, *at, small) != hi_) | (_range(np.minimum, t_end, *at, big) != hi_)).any():
+            return False
+        # an end at its start (of a slice that started before), a start at its end (of one ending after)
+        if (_range(np.minimum, e_ts, np.searchsorted(e_end, lo_), np.searchsorted(e_end, lo_, "right"), big)
+                < lo_).any():
+            return False
+        if (_range(np.maximum, t_end, np.searchsorted(t_ts, hi_), np.searchsorted(t_ts, hi_, "right"), small)
+                > hi_).any():
+            return False
+    return True
+
+
+def _range(ufunc, vals: np.ndarray, lo: np.ndarray, hi: np.ndarray, empty: int) -> np.ndarray:
+    """ufunc.reduce of vals[lo[i]:hi[i]] for each i (`empty` where the range is empty)."""
+    out = np.full(lo.size, empty, np.int64)
+    m = lo < hi
+    if m.any():
+        idx = np.empty(2 * int(m.sum()), np.int64)
+        idx[0::2], idx[1::2] = lo[m], hi[m]
+        out[m] = ufunc.reduceat(np.r_[vals, empty], idx)[0::2]  # (the sentinel: hi may be len(vals))
+    return out
 
 
 def _state(cols: SchedColumns, tid: int, ts: int, dur: int):
