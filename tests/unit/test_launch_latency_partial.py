@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_check_partials import StackedGpuLog, both_ways, converted, set_result
+from test_check_partials import StackedGpuLog, both_ways, converted, set_result, sql_findings
 from test_gpu_convert import TID, WORKER, us
 from timeline import sched_records
 from timeline.checks.traceset import FROM_INDEX, NOT_MERGED
@@ -55,17 +55,19 @@ class LaunchLog(StackedGpuLog):
         return b
 
 
-def launch_log(steps=40, slow=None, stacks=None, late=None, entry_only=False, sched=False, same_ts=False) -> LaunchLog:
+def launch_log(steps=40, slow=None, stacks=None, late=None, entry_only=False, sched=False, same_ts=False,
+               lead=True) -> LaunchLog:
     """One process launching kernels 0..4 once per step through FNS[i] (kernel 3 from the worker thread),
     4 to 5 us each (no two alike), 30 us apart after the end of the one before. slow: {(step, i): us}; stacks: {(step, i): "A" or "B"},
     the Python stack taken at that launch; late: {step: us}, a kernel first launched at that step (in the
     second half: not start-up) and at every later one; entry_only: every launch without a duration (the
     cuda family's entry-only mode); same_ts: the worker launches kernel 0 at the same time as its first
-    launch by the main thread."""
+    launch by the main thread; lead: a synchronize call first (else the log's first record is a launch)."""
     g = LaunchLog(sched)
-    # the log's first record is not a launch: the recorder's main-thread marker starts there, and a launch
-    # starting with it would be nested as trace_processor's sorter likes (the partial declines)
-    g.call("cudaStreamSynchronize", us(1000), 3000)
+    # the log's first record: the recorder's main-thread marker starts there (a launch starting with it
+    # is nested as trace_processor's sorter likes)
+    if lead:
+        g.call("cudaStreamSynchronize", us(1000), 3000)
     t = 2000.0
     first_late = min(late) if late else None
     for step in range(steps):
@@ -252,3 +254,21 @@ def test_launches_trace_processor_may_nest_otherwise_run_the_sql(tmp_path, case)
     _, path, index = converted(tmp_path, g, "1ms")
     assert CHECK not in index.get("partials", {})
     assert set_result(path, CHECK).note == NOT_MERGED
+
+
+@pytest.mark.parametrize("case", ["marker_at_first_launch", "end_at_first_launch"])
+def test_a_launch_left_out_needs_only_a_duration(tmp_path, case):
+    """The log's first record a launch: the recorder's main-thread marker starts with it. That launch is
+    left out (its kernel's first), whatever duration trace_processor gives it: the partial is written,
+    with the SQL's findings. A slice ending as it starts could close it at once (no duration: then
+    another launch would be its kernel's first): no partial."""
+    g = launch_log(slow=OUTLIERS, lead=False)
+    if case == "end_at_first_launch":
+        g.call("cudaStreamSynchronize", us(g.at[0, 0] - 5), 5000)
+    one, path, index = converted(tmp_path, g, "1ms")
+    if case == "end_at_first_launch":
+        assert CHECK not in index.get("partials", {})
+        return
+    status, want = sql_findings(one, CHECK)
+    got = set_result(path, CHECK)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want) and status == "error"

@@ -42,8 +42,6 @@ def _judged(cols: SchedColumns):
     ts, tid, pid, key = (np.concatenate(c) for c in zip(*cols.launch))
     dur, fn, kernel, py = (np.concatenate(c) for c in zip(*cols.launch_more))
     total = ts.size
-    if not _nested_as_written(cols, ts, tid, dur):
-        return None
     idx = np.flatnonzero(dur > 0)
     if not idx.size:
         return {}, total
@@ -61,16 +59,24 @@ def _judged(cols: SchedColumns):
     uniq, inv = np.unique(pid[idx], return_inverse=True)
     startup_end = np.array([ends.get(p) or 0 for p in uniq.tolist()], np.int64)[inv.reshape(-1)]
     keep = idx[~first & (ts[idx] >= startup_end)]
+    # a launch left out with a duration stays left out whatever duration trace_processor gives it, as long
+    # as it has one (the first of its pair among those with one)
+    strict = np.ones(total, bool)
+    strict[idx[first | (ts[idx] < startup_end)]] = False
+    if not _nested_as_written(cols, ts, tid, dur, strict):
+        return None
     return {"ts": ts[keep], "dur": dur[keep], "tid": tid[keep], "fn": fn[keep], "py": py[keep]}, total
 
 
-def _nested_as_written(cols: SchedColumns, ts, tid, dur) -> bool:
-    """Whether trace_processor gives every launch the duration the converter wrote. Each thread slice
+def _nested_as_written(cols: SchedColumns, ts, tid, dur, strict) -> bool:
+    """Whether trace_processor gives every `strict` launch the duration the converter wrote, and
+    every other one a duration > 0. Each thread slice
     is a begin and an end packet on its thread's track, and an end closes the slice on top of the
     track's stack: a slice that starts inside a launch and ends after it, or starts before it and
     ends inside it, swaps ends with it; one that starts at the same time with another end, ends when
     it starts or starts when it ends is ordered as trace_processor's sorter likes (the synthetic
-    8-GPU node's NVTX steps start with their first launch, now and then)."""
+    8-GPU node's NVTX steps start with their first launch, now and then). Only an end at its start
+    can close a launch with a duration at its start."""
     if cols.spans:
         s_tid, s_ts, s_end = (np.concatenate(c) for c in zip(*cols.spans))
     else:
@@ -78,9 +84,13 @@ def _nested_as_written(cols: SchedColumns, ts, tid, dur) -> bool:
     end = ts + np.maximum(dur, 0)
     for t in np.unique(tid).tolist():
         mine = tid == t
-        lo_, hi_ = ts[mine], end[mine]  # the launches
         other = s_tid == t
-        a_ts, a_end = np.r_[s_ts[other], lo_], np.r_[s_end[other], hi_]  # every slice of the thread
+        a_ts, a_end = np.r_[s_ts[other], ts[mine]], np.r_[s_end[other], end[mine]]  # every slice of the thread
+        loose = mine & ~strict
+        e_all = np.sort(a_end)
+        if (np.searchsorted(e_all, ts[loose], "right") > np.searchsorted(e_all, ts[loose])).any():
+            return False  # an end at a loose launch's start (its own is later: it has a duration)
+        lo_, hi_ = ts[mine & strict], end[mine & strict]  # the launches whose duration counts
         by_ts = np.argsort(a_ts, kind="stable")
         t_ts, t_end = a_ts[by_ts], a_end[by_ts]
         by_end = np.argsort(a_end, kind="stable")
