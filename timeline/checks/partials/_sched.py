@@ -10,7 +10,9 @@ API (all times ns, BOOTTIME as in the trace; tids as the trace shows them: 0 idl
                               CpuSched blocks, as the one trace carries them), `proc(recs)` (proc
                               records: forks open a thread's first state), `slice`/`slices`/
                               `group_slices` (as GpuColumns: markers, CUDA calls, launches, and
-                              each launch's dur, function, kernel and py args: launch_latency's).
+                              for launch_latency each launch's dur, function, kernel and py args
+                              (`launch_more`) and every other thread slice's tid, start, end
+                              (`spans`: how trace_processor nests them)).
                               `declined`: why there is no partial ('' if none yet).
   .thread_states(tid)         -> {"ts", "dur", "waker": int64 arrays, "state": object array of str or
                                   None} in thread_state's row order for that thread, or None where the
