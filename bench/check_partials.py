@@ -1,7 +1,7 @@
 """Each check with a partial (timeline/checks/partials) through trace_processor vs from the partials in a trace
 set's index (issue 23).
 
-    python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000]
+    python bench/check_partials.py [--minutes 0.1] [--chunk-events 500000] [--checks launch_latency,...] [--all]
 
 The synthetic 8-GPU node of bench/scale_8gpu.py (8 ranks, 10k launches/s each), converted into a
 trace set twice, each in a child process (peak RSS from its VmHWM): with the checks' partial
@@ -77,7 +77,7 @@ else:
         mod = partials.module(cid)
         mod.part = timing(mod.part)
         for cls in (mod.Collector if isinstance(mod.Collector, tuple) else (mod.Collector,)):
-            for name in ("slice", "slices", "group_slices", "sched"):
+            for name in ("slice", "slices", "group_slices", "async_slice", "sched", "proc"):
                 f = getattr(cls, name, None)
                 if f is not None and not hasattr(f, "__wrapped_timing__"):
                     f = timing(f)
@@ -109,7 +109,8 @@ def main() -> None:
     ap.add_argument("--keep", help="work in this directory and leave it")
     ap.add_argument("--all", action="store_true", help="also every check on the set, both ways (what `timeline "
                     "check SET` costs: the index's partials, the other checks per chunk with the prelude they need)")
-    ap.add_argument("--only", help="these checks (comma-separated) instead of every check with a partial")
+    ap.add_argument("--checks", default=",".join(CHECKS), help="which of them (comma-separated); the conversion "
+                    "computes every partial either way")
     ap.add_argument("--compare", action="store_true", help="also check the log converted as one trace (SQL) "
                     "and say whether its findings equal the index's")
     a = ap.parse_args()
@@ -147,7 +148,7 @@ def main() -> None:
         with open(os.path.join(old, "index.json"), "w") as f:
             json.dump(index, f)
         fast = {}
-        checks = a.only.split(",") if a.only else CHECKS
+        checks = [c for c in a.checks.split(",") if c]
         for check in checks:
             for name, where in (("from the index", res["out"]), ("through trace_processor", old)):
                 rep, s, c = timed(lambda: check_set(where, tpc, user, [check], workers=1))

@@ -33,7 +33,8 @@ STACKS = {"A": (0xA, [0, 1, 2, 3]), "B": (0xB, [4, 2, 3])}  # train.py:12 inner 
 
 
 class StackedGpuLog(GpuLog):
-    """GpuLog plus the pystack family's stacks taken at some launches (`stacked`: launch ts -> stack)."""
+    """GpuLog plus the pystack family's stacks taken at some launches (`stacked`: launch ts -> stack, or
+    (stack, function, tid) for another launch function or thread than cudaLaunchKernel on TID)."""
 
     def __init__(self):
         super().__init__()
@@ -45,8 +46,9 @@ class StackedGpuLog(GpuLog):
             b.header["pystack"] = {"probes": probes.table(), "max_frames": 64, "sample_hz": 0}
             b.blocks.append(("meta", {"type": "py_stacks", "ts": us(1), "frames": FRAMES,
                                       "stacks": [[1000, f"{sid:x}", 0, idx] for sid, idx in STACKS.values()]}))
-            rows = [(PY.PY_CALL, ts + 300, 800, STACKS[k][0], 1000, BY_NAME["cudaLaunchKernel"].id)
-                    for ts, k in sorted(self.stacked.items())]
+            at = {ts: v if isinstance(v, tuple) else (v, "cudaLaunchKernel", 1000) for ts, v in self.stacked.items()}
+            rows = [(PY.PY_CALL, ts + 300, 800, STACKS[k][0], tid, BY_NAME[fn].id)
+                    for ts, (k, fn, tid) in sorted(at.items())]
             recs = py_events(rows)
             b.header["rings"][str(PY.RING_PYSTACK)] = {"name": "pystack", "record_size": PY.PY_EVENT.itemsize,
                                                        "stride": ev.ring_stride(PY.PY_EVENT)}

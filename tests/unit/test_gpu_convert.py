@@ -100,7 +100,7 @@ class GpuLog:
             calls = np.concatenate(self.calls)
             for i in range(0, calls.size, 50):
                 b.blocks.append(("ring", (cuda_records.RING_CUDA, ev.encode_ring_bytes(calls[i:i + 50]))))
-        gpu = np.concatenate(self.gpu)
+        gpu = np.concatenate(self.gpu) if self.gpu else np.zeros(0, R.GPU_RECORD)
         # CUPTI hands buffers over out of time order: blocks in reverse (unless told otherwise)
         starts = range(0, gpu.size, block)
         for i in reversed(starts) if reverse else starts:

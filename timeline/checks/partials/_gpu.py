@@ -300,18 +300,20 @@ def launch_keys(s: _Strings, n: int, name, cuda: np.ndarray, args, fn=None) -> t
         return launch, key
     for k in ("kernel", "func", "function"):  # coalesce(kernel, func, function, name): as _tl_launch_k
         c = _arg(args, k)
-        if c is None:
-            continue
-        if c.kind == "str":
-            vals = s.codes(c, n)
-        else:  # numbers: each distinct one named once
-            uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)
-            text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
-            vals = np.array([s.code(f"{k}:{t}") for t in text], np.int64)[inv.reshape(-1)]
-            if c.present is not None:
-                vals = np.where(c.present, vals, -1)
-        key = np.where(key < 0, vals, key)
+        if c is not None:
+            key = np.where(key < 0, arg_codes(s, c, n), key)
     return launch, np.where(launch, np.where(key < 0, fn, key), -1)
+
+
+def arg_codes(s: _Strings, c: Column, n: int) -> np.ndarray:
+    """An arg's value per row as a string code (-1: absent); a number as "key:text", so that it is
+    not equal to a string of the same text (SQLite tells them apart)."""
+    if c.kind == "str":
+        return s.codes(c, n)
+    uniq, inv = np.unique(np.asarray(c.values), return_inverse=True)  # each distinct number named once
+    text = [f"{v:#x}" if c.kind == "hex" else str(v) for v in uniq.tolist()]
+    vals = np.array([s.code(f"{c.key}:{t}") for t in text], np.int64)[inv.reshape(-1)]
+    return vals if c.present is None else np.where(c.present, vals, -1)
 
 
 def startup_ends(ts: np.ndarray, pid: np.ndarray, key: np.ndarray) -> dict:

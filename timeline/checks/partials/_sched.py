@@ -9,7 +9,10 @@ API (all times ns, BOOTTIME as in the trace; tids as the trace shows them: 0 idl
   SchedColumns                the Collector. Fed by the converter: `sched(chunks)` (the model's
                               CpuSched blocks, as the one trace carries them), `proc(recs)` (proc
                               records: forks open a thread's first state), `slice`/`slices`/
-                              `group_slices` (as GpuColumns: markers, CUDA calls, launches).
+                              `group_slices` (as GpuColumns: markers, CUDA calls, launches, and
+                              for launch_latency each launch's dur, function, kernel and py args
+                              (`launch_more`) and every other thread slice's tid, start, end
+                              (`spans`: how trace_processor nests them)).
                               `declined`: why there is no partial ('' if none yet).
   .thread_states(tid)         -> {"ts", "dur", "waker": int64 arrays, "state": object array of str or
                                   None} in thread_state's row order for that thread, or None where the
@@ -59,7 +62,8 @@ from ... import proc_records
 from ...converters.interface import Column
 from ...converters.model import IDLE_TID, OUTSIDE_TID
 from ...converters.perfetto.writer import MAX_BUNDLE
-from ._gpu import CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _Strings, launch_keys, marked_main, startup_ends
+from ._gpu import (CUDA_CATS, MAIN_CAT, MAIN_MARK, MAX_ROWS, _arg, _Strings, arg_codes, fn_codes, launch_keys,
+                   marked_main, startup_ends)
 
 _LETTERS = "SDTtXZPI"  # prev_state bits 0..7 (kernel >= 4.14), as trace_processor prints them
 _PREEMPT = 0x100       # TASK_REPORT_MAX: preempted while runnable -> R+
@@ -118,6 +122,8 @@ class SchedColumns:
         self.wk: list[tuple] = []     # cpu, ts, waker, woken
         self.forks: list[tuple] = []  # ts, parent tid, child tid
         self.launch: list[tuple] = []  # ts, tid, pid, kernel key
+        self.launch_more: list[tuple] = []  # beside each: dur, fn, kernel arg, py arg (launch_latency's)
+        self.spans: list[tuple] = []  # every other thread slice: tid, ts, end (launch_latency's: how they nest)
         self.cuda: dict[int, list] = {}  # pid -> [first CUDA call ts, last CUDA call end]
         self.marks: list[tuple] = []  # the recorder's main-thread markers: dur, ts, tid, pid
         self.rows = 0
@@ -132,7 +138,7 @@ class SchedColumns:
         self.rows += n
         if self.rows > MAX_ROWS and not self.declined:
             self.declined = f"more than {MAX_ROWS:,} rows"
-            self.sw, self.wk, self.forks, self.launch = [], [], [], []
+            self.sw, self.wk, self.forks, self.launch, self.launch_more, self.spans = [], [], [], [], [], []
         return not self.declined
 
     # -- what the converter writes
@@ -164,6 +170,8 @@ class SchedColumns:
         if cat in CUDA_CATS:
             self.slices([ts], [dur], [tid], None if pid is None else [pid], name, cat, [
                 Column(k, "str", np.zeros(1, np.int64), [str(v)]) for k, v in (args or {}).items() if v is not None])
+        elif not self.declined and self._hold(1):
+            self.spans.append((np.array([tid], np.int32), np.array([ts], np.int64), np.array([ts + max(dur, 0)], np.int64)))
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         ts = np.asarray(ts, np.int64).reshape(-1)
@@ -171,9 +179,14 @@ class SchedColumns:
         if not n or self.declined:
             return
         cuda = np.isin(self.s.codes(cat, n), [self.s.code(c) for c in CUDA_CATS])
+        tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
+        launch, key = launch_keys(self.s, n, name, cuda, args) if cuda.any() else (np.zeros(n, bool), None)
+        other = ~launch  # the sink writes each as begin/end packets at ts and ts + max(dur, 0)
+        if other.any() and self._hold(int(other.sum())):
+            self.spans.append((tid[other].astype(np.int32), ts[other],
+                               ts[other] + np.maximum(np.broadcast_to(np.asarray(dur, np.int64), (n,))[other], 0)))
         if not cuda.any():
             return
-        tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
         pids = (np.broadcast_to(np.asarray(pid, np.int64), (n,)) if pid is not None else
                 np.array([p if (p := self.pid_of(t)) is not None else t for t in tid.tolist()], np.int64))
         end = ts + np.broadcast_to(np.asarray(dur, np.int64), (n,))
@@ -182,10 +195,15 @@ class SchedColumns:
             lo, hi = int(ts[m].min()), int(end[m].max())
             have = self.cuda.setdefault(p, [lo, hi])
             have[0], have[1] = min(have[0], lo), max(have[1], hi)
-        launch, key = launch_keys(self.s, n, name, cuda, args)
         if launch.any() and self._hold(int(launch.sum())):
             self.launch.append((ts[launch], tid[launch].astype(np.int32), pids[launch].astype(np.int32),
                                 key[launch].astype(np.int32)))
+            kernel = _arg(args, "kernel")
+            self.launch_more.append((
+                np.broadcast_to(np.asarray(dur, np.int64), (n,))[launch].copy(),
+                fn_codes(self.s, n, name)[launch].astype(np.int32),
+                (np.full(n, -1) if kernel is None else arg_codes(self.s, kernel, n))[launch].astype(np.int32),
+                self.s.codes(_arg(args, "py"), n)[launch].astype(np.int32)))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         pass  # GPU work: none of the sched checks read it
