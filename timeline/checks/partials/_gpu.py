@@ -407,6 +407,41 @@ def covered(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
     return int((ue - us).sum())
 
 
+def outlier_summary(o: np.ndarray, ts: np.ndarray, dur: np.ndarray, py: np.ndarray, strings: list,
+                    max_lines: int) -> dict | None:
+    """A chunk's outliers (rows o) of one name: how many, the first start, the last end and how many
+    came from each Python line (the innermost frame of their `py` stack); None past max_lines lines."""
+    lines: dict = {}
+    for q in py[o].tolist():
+        line = _py_line(strings[q]) if q >= 0 else None
+        if line is not None:
+            lines[line] = lines.get(line, 0) + 1
+    if len(lines) > max_lines:
+        return None
+    return {"outliers": int(o.size), "first_ts": int(ts[o].min()), "last_end": int((ts[o] + dur[o]).max()),
+            "lines": lines}
+
+
+def add_summary(per: dict, label: str, o: dict) -> None:
+    """Adds a chunk's outlier_summary `o` of `label` into `per` (label -> the running total)."""
+    a = per.setdefault(label, {"outliers": 0, "first_ts": o["first_ts"], "last_end": o["last_end"], "lines": {}})
+    a["outliers"] += o["outliers"]
+    a["first_ts"] = min(a["first_ts"], o["first_ts"])
+    a["last_end"] = max(a["last_end"], o["last_end"])
+    for line, k in o["lines"].items():
+        a["lines"][line] = a["lines"].get(line, 0) + k
+
+
+def launched_from(lines: dict) -> tuple[str, str | None, float | None]:
+    """(the finding's "; launched from ..." part, the top line, its share) of the outliers' Python lines,
+    as the prelude's _tl_top_py_line: the most outliers, ties to the first line in order."""
+    if not lines:
+        return "", None, None
+    with_stack = sum(lines.values())
+    top, n = min(lines.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"; launched from {top} ({n} of the {with_stack} outliers with a Python stack)", top, _round(n / with_stack, 4)
+
+
 def made_with(set_part, version: int, params: dict) -> bool:
     """Whether a set part is this module version's, made with these parameters (else: the SQL)."""
     return (isinstance(set_part, dict) and set_part.get("version") == version

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import BY_ID
-from ._gpu import GpuColumns, _fixed, _g, _py_line, _round, made_with, nearest_rank
+from ._gpu import (GpuColumns, _fixed, _g, _py_line, _round, add_summary, launched_from, made_with, nearest_rank,
+                   outlier_summary)
 
 CHECK = "kernel_outliers"
 VERSION = 1
@@ -55,19 +56,13 @@ def part(cols: GpuColumns, starts) -> dict | None:
         out = m[(d >= p["outlier_factor"] * p50) & (d >= p["min_outlier_us"] * 1000)]
         for k in np.unique(chunk[out]).tolist():
             o = out[chunk[out] == k]
-            lines: dict = {}
-            for q in py[o].tolist():
-                line = _py_line(strings[q]) if q >= 0 else None
-                if line is not None:
-                    lines[line] = lines.get(line, 0) + 1
-            if len(lines) > MAX_LINES:
+            summary = outlier_summary(o, ts, dur, py, strings, MAX_LINES)
+            if summary is None:
                 return None
             worst = o[np.argsort(-dur[o], kind="stable")[:keep]]
-            chunks[k][label] = {
-                "outliers": int(o.size), "first_ts": int(ts[o].min()), "last_end": int((ts[o] + dur[o]).max()),
-                "lines": lines,
-                "worst": [[int(ts[i]), int(dur[i]), int(dev[i]),
-                           _py_line(strings[py[i]]) if py[i] >= 0 else None] for i in worst.tolist()]}
+            chunks[k][label] = {**summary, "worst": [[int(ts[i]), int(dur[i]), int(dev[i]),
+                                                      _py_line(strings[py[i]]) if py[i] >= 0 else None]
+                                                     for i in worst.tolist()]}
     return {"set": {"version": VERSION, "params": p, "stats": stats}, "chunks": chunks}
 
 
@@ -82,13 +77,7 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
     worst = []
     for part in chunk_parts:
         for label, o in part.items():
-            a = per.setdefault(label, {"outliers": 0, "first_ts": o["first_ts"], "last_end": o["last_end"],
-                                       "lines": {}})
-            a["outliers"] += o["outliers"]
-            a["first_ts"] = min(a["first_ts"], o["first_ts"])
-            a["last_end"] = max(a["last_end"], o["last_end"])
-            for line, k in o["lines"].items():
-                a["lines"][line] = a["lines"].get(line, 0) + k
+            add_summary(per, label, o)
             worst += [(label, *w) for w in o["worst"]]
     rows = []
     for label in sorted(per):
@@ -96,12 +85,8 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
         a = per[label]
         text = (f"{label}: {a['outliers']:,} of {n:,} runs took over {_g(factor)}x its median "
                 f"({_fixed(p50 / 1e3, 1)} us); p99 {_fixed(p99 / 1e3, 1)} us, worst {_fixed(mx / 1e6, 2)} ms")
-        top_line, share = None, None
-        if a["lines"]:
-            with_stack = sum(a["lines"].values())
-            top_line, top_n = min(a["lines"].items(), key=lambda kv: (-kv[1], kv[0]))
-            share = _round(top_n / with_stack, 4)
-            text += f"; launched from {top_line} ({top_n} of the {with_stack} outliers with a Python stack)"
+        more, top_line, share = launched_from(a["lines"])
+        text += more
         rows.append({"severity": "warning", "finding": text, "ts": a["first_ts"],
                      "dur": a["last_end"] - a["first_ts"], "hint": None, "kernel": label,
                      "outliers": a["outliers"], "runs": n, "p50_us": _round(p50 / 1e3, 3),

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import BY_ID
-from ._gpu import _fixed, _g, _py_line, _round, made_with, nearest_rank, startup_ends
+from ._gpu import (_fixed, _g, _py_line, _round, add_summary, launched_from, made_with, nearest_rank,
+                   outlier_summary, startup_ends)
 from ._sched import SchedColumns
 
 CHECK = "launch_latency"
@@ -179,16 +180,10 @@ def part(cols: SchedColumns, starts) -> dict | None:
             out = m[(d >= p["outlier_factor"] * p50) & (d >= p["min_outlier_us"] * 1000)]
             outliers.append(out)
             for k in np.unique(chunk[out]).tolist():
-                o = out[chunk[out] == k]
-                lines: dict = {}
-                for q in py[o].tolist():
-                    line = _py_line(strings[q]) if q >= 0 else None
-                    if line is not None:
-                        lines[line] = lines.get(line, 0) + 1
-                if len(lines) > MAX_LINES:
+                summary = outlier_summary(out[chunk[out] == k], ts, dur, py, strings, MAX_LINES)
+                if summary is None:
                     return None
-                chunks[k]["functions"][label] = {"outliers": int(o.size), "first_ts": int(ts[o].min()),
-                                                 "last_end": int((ts[o] + dur[o]).max()), "lines": lines}
+                chunks[k]["functions"][label] = summary
         out = np.concatenate(outliers)
         for k in np.unique(chunk[out]).tolist():
             o = out[chunk[out] == k]
@@ -212,13 +207,7 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
     worst = []
     for part in chunk_parts:
         for label, o in part["functions"].items():
-            a = per.setdefault(label, {"outliers": 0, "first_ts": o["first_ts"], "last_end": o["last_end"],
-                                       "lines": {}})
-            a["outliers"] += o["outliers"]
-            a["first_ts"] = min(a["first_ts"], o["first_ts"])
-            a["last_end"] = max(a["last_end"], o["last_end"])
-            for line, k in o["lines"].items():
-                a["lines"][line] = a["lines"].get(line, 0) + k
+            add_summary(per, label, o)
         worst += part["worst"]
     worst = sorted(worst, key=lambda w: -w[1])[:keep + 1]
     if any(a[1] == b[1] for a, b in zip(worst, worst[1:])):
@@ -233,12 +222,8 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
         text = (f"{label}: {a['outliers']:,} of {n:,} launches took over {_g(factor)}x the median "
                 f"({_fixed(p50 / 1e3, 1)} us); p99 {_fixed(p99 / 1e3, 1)} us ({_fixed(p99 / p50, 0)}x the median), "
                 f"worst {_fixed(mx / 1e6, 2)} ms")
-        top_line, share = None, None
-        if a["lines"]:
-            with_stack = sum(a["lines"].values())
-            top_line, top_n = min(a["lines"].items(), key=lambda kv: (-kv[1], kv[0]))
-            share = _round(top_n / with_stack, 4)
-            text += f"; launched from {top_line} ({top_n} of the {with_stack} outliers with a Python stack)"
+        more, top_line, share = launched_from(a["lines"])
+        text += more
         rows.append(_row("error" if p99 >= params["p99_error_factor"] * p50 else "warning", text,
                          a["first_ts"], a["last_end"] - a["first_ts"], function=label, outliers=a["outliers"],
                          launches=n, p50_us=_round(p50 / 1e3, 3), p99_us=_round(p99 / 1e3, 3),
