@@ -522,6 +522,7 @@ def _window(ts: np.ndarray, lo: int | None, hi: int | None) -> slice:
 def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: int, total: int,
           user=None, source: str = "") -> tuple[int, list[dict], int]:
     """Pass 2 into a trace set at out_dir; returns (raw records converted, the index's chunks, bytes)."""
+    from ..checks import partials
     from ..safe_output import OutputDir
     from . import second_pass
 
@@ -533,7 +534,7 @@ def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: i
                 files.append(os.fdopen(d.create(CHUNK_NAME.format(i + 1)), "wb", buffering=_WRITE_BUFFER))
             w = SplitWriter(files, m, starts)
             taps = partial_collectors(m)
-            w.sink.taps = partials_instances(taps)  # a shared collector is fed once
+            w.sink.taps = partials.instances(taps)  # a shared collector is fed once
 
             def on_family(fam):
                 w.sink.family = None if fam is None else _family_name(fam)
@@ -562,16 +563,9 @@ def partial_collectors(m: LogModel) -> dict:
     for c in partials.instances(out):
         c.pid_of = m.thread_tgid
         c.log_start = m.start_ts()  # the one trace's first record (gpu_breakdown's "from +x s")
-        c.thread_name = lambda tid: getattr(m.threads.get(tid), "name", None)
         if hasattr(c, "model"):
             c.model = m  # thread names and processes, as the trace names them
     return out
-
-
-def partials_instances(taps: dict) -> list:
-    from ..checks import partials
-
-    return partials.instances(taps)
 
 
 def add_partials(doc: dict, taps: dict, starts: np.ndarray) -> None:

@@ -100,7 +100,6 @@ class GpuColumns:
         self.block: list[tuple] = []    # blocking CUDA calls of dur > 0: ts, dur, pid (host_gpu_gaps)
         self.first_call: dict[int, int] = {}  # pid -> its first CUDA call (tl_startup.ts)
         self.submitters: set[int] = set()     # pids with a GPU submission (host_gpu_gaps' _tl_hg_sub)
-        self.thread_name = lambda tid: None   # a thread's name as the trace has it (the converter sets it)
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
 

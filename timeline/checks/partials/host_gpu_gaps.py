@@ -82,7 +82,7 @@ def part(collectors, starts) -> dict | None:
     devices, gaps_of = {}, {}
     for d, dev in enumerate(g["devices"].tolist()):
         tid, pid = int(g["owner"][d]), int(g["owner_pid"][d])
-        name = cols.thread_name(tid)
+        name = sched._name(tid) or None
         if tid < 0 or name is None:
             return None  # owners tie (trace_processor's utid order decides), or a name not known
         on = g["device_i"] == d
@@ -120,7 +120,7 @@ def part(collectors, starts) -> dict | None:
         first, end = cols.first_call.get(pid), ends.get(pid)
         if first is None or end is None or end - first < p["min_gap_ms"] * 1e6:
             continue
-        name = cols.thread_name(pid)
+        name = sched._name(pid) or None
         if name is None:
             return None
         sel = [(a[st], dur[st]) for q, a, dur, st in gaps_of.values() if q == pid]
