@@ -189,7 +189,8 @@ class SplitSink(TrackSink):
         self._lifetime = lifetime or (lambda kind, ident: (None, None))
         self.flows = FlowEnds()
         self.taps: list = []  # checks' partial collectors (timeline.checks.partials): see every slice batch
-        #                       (and, those with `sched`/`proc` methods, SplitWriter's sched and proc records)
+        #                       (and, those with the method of that name: instants, counters, group counters,
+        #                       stack samples, and SplitWriter's sched and proc records)
 
     # -- routing
     def chunk_of(self, ts) -> np.ndarray:
@@ -267,16 +268,20 @@ class SplitSink(TrackSink):
                                 flow_out if k == k0 else None, flow_in if k == k0 else None)
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
-        for tap in self.taps:
-            if hasattr(tap, "async_slice"):
-                tap.async_slice(track, ts, dur, name, cat, args)
+        self._tap("async_slice", track, ts, dur, name, cat, args)
         for k, _, pts, pdur, extra, _ in self._pieces([ts], [dur]):
             a = dict(args or {})
             for c in extra:
                 a[c.key] = c.pylist()[0]
             self.sinks[k].async_slice(track, int(pts[0]), int(pdur[0]), name, cat, a)
 
+    def _tap(self, method: str, *a, **kw) -> None:
+        for tap in self.taps:
+            if hasattr(tap, method):
+                getattr(tap, method)(*a, **kw)
+
     def instant(self, ts, tid, pid, name, cat, args=None):
+        self._tap("instant", ts, tid, pid, name, cat, args)
         k = int(self.chunk_of(ts))
         self._note(k)
         self.sinks[k].instant(ts, tid, pid, name, cat, args)
@@ -321,11 +326,15 @@ class SplitSink(TrackSink):
         self.counters(name, np.array([ts], np.int64), [value], pid)
 
     def counters(self, name, ts, values, pid=None):
+        self._tap("counters", name, ts, values, pid)
+
         def write(k, t, v):
             self.sinks[k].counters(name, t, v, pid)
         self._counter_rows(("counter", name, pid), ts, values, write, pid)
 
     def group_counters(self, group, name, ts, values):
+        self._tap("group_counters", group, name, ts, values)
+
         def write(k, t, v):
             self.sinks[k].group_counters(group, name, t, v)
         self._counter_rows(("gcounter", group, name), ts, values, write, None)
@@ -361,6 +370,7 @@ class SplitSink(TrackSink):
             write(j, np.array([t], np.int64), np.array([value]))
 
     def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False):
+        self._tap("stack_samples", ts, tid, pid, stack, callstacks, frames, label=label, timer=timer)
         ts = np.asarray(ts)
         k = self.chunk_of(ts)
         for c in np.unique(k).tolist():
