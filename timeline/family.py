@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import fnmatch
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -56,6 +57,21 @@ class CheckData:
     name: str   # the name the catalog's checks use ("block_io")
     sql: str    # a boolean SQL expression over the trace ("exists(select 1 from slice where ...)")
     help: str   # what it is, for "no ... in this trace"
+    # The same test in the converter's terms, so that a trace set's index can say "absent" with no
+    # chunk loaded (timeline check SET): any slice or instant of these categories, any counter track
+    # whose name matches this glob, any stack sample. All empty: only the SQL can tell.
+    categories: tuple[str, ...] = ()
+    counters: str = ""
+    samples: bool = False
+
+    def seen(self, categories, counters, samples: bool):
+        """Whether a trace with these slice categories, counter names and samples has this data;
+        None where only the SQL can tell."""
+        if not (self.categories or self.counters or self.samples):
+            return None
+        return (any(c in categories for c in self.categories)
+                or bool(self.counters and any(fnmatch.fnmatchcase(n, self.counters) for n in counters))
+                or (self.samples and samples))
 
 
 @dataclass(frozen=True)

@@ -185,10 +185,15 @@ def _status(findings: list[Finding]) -> str:
     return "ok"
 
 
+def not_recorded(check: Check, params: dict[str, float]) -> CheckResult:
+    """The result of a check none of whose data is in the trace."""
+    missing = " or ".join(FAMILY_HELP[f] for f in check.families)
+    return CheckResult(check, "not recorded", [], params, note=f"no {missing} in this trace")
+
+
 def run_check(tp, check: Check, families: dict[str, bool], params: dict[str, float]) -> CheckResult:
     if not any(families.get(f) for f in check.families):
-        missing = " or ".join(FAMILY_HELP[f] for f in check.families)
-        return CheckResult(check, "not recorded", [], params, note=f"no {missing} in this trace")
+        return not_recorded(check, params)
     t0 = time.perf_counter()
     sql = render_sql(check, params)
     try:

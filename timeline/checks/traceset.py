@@ -12,7 +12,10 @@ listed per chunk, each saying which chunk, with a note that the check is not
 merged yet.
 
 index.json: {"format": "timeline-trace-set", "version": 1, "chunks": [{"file",
-"start_ns", "end_ns", "bytes", "events", "families", "machine", "rank"}, ...]}.
+"start_ns", "end_ns", "bytes", "events", "families", "machine", "rank"}, ...],
+"data": {check data name: held?}, "partials": {...}}. Before any chunk is loaded, a check
+none of whose data the set holds is "not recorded", and a check with a partial comes
+from the index (timeline.checks.partials).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from ..errors import UserError
 from ..terminal import printable
 
 INDEX = "index.json"
+DATA = "data"  # the index's key: which of the checks' data the set holds (converters/trace_set.data_seen)
 FORMAT, VERSION = "timeline-trace-set", 1
 MAX_INDEX_BYTES = 16 << 20
 REDUCE_RE = re.compile(r"^--\s*@reduce\s+([A-Za-z_][A-Za-z0-9_]*)\s*$", re.M)
@@ -186,16 +190,36 @@ def check_set(path: str, tp_config, user, ids=None, params=None, workers: Option
 
     doc, chunks = read_index_doc(path, user)
     wanted = [c.id for c in select_checks(ids)]
-    ready = from_partials(doc, chunks, wanted, params)
+    ready = absent_by_index(doc, wanted, params)
+    ready.update(from_partials(doc, chunks, [cid for cid in wanted if cid not in ready], params))
     rest = [cid for cid in wanted if cid not in ready]
     outs = []
     if rest:
         jobs = [(c, i, tp_config, rest, params) for i, c in enumerate(chunks)]
         outs = run_jobs(check_chunk, jobs, workers, executor or LOCAL)
-    report = merge(path, chunks, outs, rest, params)
+    report = merge(path, chunks, outs, rest, params, data=doc.get(DATA))
     order = {cid: i for i, cid in enumerate(wanted)}
     report.results = sorted(report.results + list(ready.values()), key=lambda r: order[r.check.id])
     return report
+
+
+def absent_by_index(doc: dict, wanted: list[str], params=None) -> dict:
+    """check id -> its "not recorded" result, for each wanted check none of whose data the set holds
+    by its index's "data" (the converter's CheckData.seen: what the SQL would find on every chunk).
+    As in the runner, this comes before anything else; a check with data the index cannot tell
+    about (scheduling, drops) or from a set written before "data" is not among them."""
+    from .catalog import BY_ID
+    from .runner import not_recorded
+
+    data = doc.get(DATA)
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for cid in wanted:
+        check = BY_ID[cid]
+        if all(data.get(f) is False for f in check.families):
+            out[cid] = not_recorded(check, {**check.defaults(), **(params or {}).get(cid, {})})
+    return out
 
 
 def from_partials(doc: dict, chunks: list[dict], wanted: list[str], params=None) -> dict:
@@ -250,7 +274,7 @@ def _chunk_list(idx: list[int], total: int) -> str:
     return f"chunks {', '.join(parts)} of {total}"
 
 
-def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None):
+def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None, data=None):
     from .runner import CheckResult, Finding, Report, _status, _to_finding, by_severity, select_checks
 
     good = [o for o in outs if "error" not in o]
@@ -313,6 +337,10 @@ def merge(path: str, chunks: list[dict], outs: list[dict], ids=None, params=None
     if not outs and chunks:  # every check came from the index: no chunk was opened
         engine = None
         starts, ends = [chunks[0]["start_ns"]], [max(c["end_ns"] for c in chunks)]
-        families = {f: True for c in chunks for f in (c.get("families") or []) if isinstance(f, str)}
+        if isinstance(data, dict):  # the checks' data, as a trace's report names them
+            families = {"sched": any((c.get("switches") or 0) > 0 for c in chunks)}
+            families.update({k: v for k, v in data.items() if isinstance(v, bool)})
+        else:
+            families = {f: True for c in chunks for f in (c.get("families") or []) if isinstance(f, str)}
     return Report(path, engine, min(starts) if starts else None, max(ends) if ends else None, families,
                   results, incomplete)

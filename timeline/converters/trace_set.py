@@ -1,7 +1,8 @@
 """Trace sets: one recording written as numbered complete Perfetto traces, split in time.
 
     NAME.tlset/
-      index.json          {"format": "timeline-trace-set", "version": 1, "source": ..., "chunks": [...]}
+      index.json          {"format": "timeline-trace-set", "version": 1, "source": ..., "chunks": [...],
+                           "data": {check data name: held?}, "partials": {...}}
       chunk-0001.pftrace  the first time window, a trace of its own
       chunk-0002.pftrace  ...
 
@@ -53,6 +54,7 @@ FORMAT = "timeline-trace-set"
 VERSION = 1
 SUFFIX = ".tlset"
 INDEX = "index.json"
+DATA = "data"  # the index's key: which of the checks' data the set holds (data_seen)
 CHUNK_NAME = "chunk-{:04d}.pftrace"
 CHUNK_RE = re.compile(r"chunk-\d{4,}\.pftrace")
 # Above this many raw records a conversion writes a trace set unless told not to
@@ -188,6 +190,10 @@ class SplitSink(TrackSink):
         self._last: dict[tuple, tuple] = {}  # counter -> (chunk, value, write(k, ts, values), pid)
         self._lifetime = lifetime or (lambda kind, ident: (None, None))
         self.flows = FlowEnds()
+        # what the checks' data tests (timeline.family.CheckData.seen) read, for the index's "data"
+        self.categories: set[str] = set()
+        self.counter_names: set[str] = set()
+        self.samples = False
         self.taps: list = []  # checks' partial collectors (timeline.checks.partials): see every slice batch
         #                       (and, those with the method of that name: instants, counters, group counters,
         #                       stack samples, and SplitWriter's sched and proc records)
@@ -245,6 +251,7 @@ class SplitSink(TrackSink):
 
     # -- TrackSink
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
+        self._category(cat)
         for tap in self.taps:
             tap.slice(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         end = ts + max(dur, 0)
@@ -268,25 +275,35 @@ class SplitSink(TrackSink):
                                 flow_out if k == k0 else None, flow_in if k == k0 else None)
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
-        self._tap("async_slice", track, ts, dur, name, cat, args)
+        self._category(cat)
+        self._tap(SplitSink.async_slice, track, ts, dur, name, cat, args)
         for k, _, pts, pdur, extra, _ in self._pieces([ts], [dur]):
             a = dict(args or {})
             for c in extra:
                 a[c.key] = c.pylist()[0]
             self.sinks[k].async_slice(track, int(pts[0]), int(pdur[0]), name, cat, a)
 
-    def _tap(self, method: str, *a, **kw) -> None:
+    def _category(self, cat) -> None:
+        if isinstance(cat, Column):
+            self.categories.update(str(x) for x in cat.strings)  # every string it may hold: never "absent" wrongly
+        elif cat is not None:
+            self.categories.add(str(cat))
+
+    def _tap(self, method, *a, **kw) -> None:
+        """Hand the collectors that have a method of the name of this sink's `method` its arguments."""
         for tap in self.taps:
-            if hasattr(tap, method):
-                getattr(tap, method)(*a, **kw)
+            if hasattr(tap, method.__name__):
+                getattr(tap, method.__name__)(*a, **kw)
 
     def instant(self, ts, tid, pid, name, cat, args=None):
-        self._tap("instant", ts, tid, pid, name, cat, args)
+        self._category(cat)
+        self._tap(SplitSink.instant, ts, tid, pid, name, cat, args)
         k = int(self.chunk_of(ts))
         self._note(k)
         self.sinks[k].instant(ts, tid, pid, name, cat, args)
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
+        self._category(cat)
         if len(ts) == 0:
             return
         tid = np.asarray(tid)
@@ -306,6 +323,7 @@ class SplitSink(TrackSink):
                                  _flows(flow_out, rows, first), _flows(flow_in, rows, first))
 
     def group_slices(self, group, track, ts, dur, name, cat, args=(), flow_out=None, flow_in=None, lane=0):
+        self._category(cat)
         if len(ts) == 0:
             return
         for tap in self.taps:
@@ -326,14 +344,16 @@ class SplitSink(TrackSink):
         self.counters(name, np.array([ts], np.int64), [value], pid)
 
     def counters(self, name, ts, values, pid=None):
-        self._tap("counters", name, ts, values, pid)
+        self.counter_names.add(str(name))
+        self._tap(SplitSink.counters, name, ts, values, pid)
 
         def write(k, t, v):
             self.sinks[k].counters(name, t, v, pid)
         self._counter_rows(("counter", name, pid), ts, values, write, pid)
 
     def group_counters(self, group, name, ts, values):
-        self._tap("group_counters", group, name, ts, values)
+        self.counter_names.add(str(name))
+        self._tap(SplitSink.group_counters, group, name, ts, values)
 
         def write(k, t, v):
             self.sinks[k].group_counters(group, name, t, v)
@@ -370,7 +390,8 @@ class SplitSink(TrackSink):
             write(j, np.array([t], np.int64), np.array([value]))
 
     def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False):
-        self._tap("stack_samples", ts, tid, pid, stack, callstacks, frames, label=label, timer=timer)
+        self.samples = self.samples or np.asarray(ts).size > 0
+        self._tap(SplitSink.stack_samples, ts, tid, pid, stack, callstacks, frames, label=label, timer=timer)
         ts = np.asarray(ts)
         k = self.chunk_of(ts)
         for c in np.unique(k).tolist():
@@ -557,12 +578,26 @@ def write(m: LogModel, norm, out_dir: str, starts: np.ndarray, progress, size: i
                     f.close()
         sizes = [cw.out_bytes for cw in w.writers]
         chunks = index_chunks(m, w, sizes)
-        doc = {"format": FORMAT, "version": VERSION, "source": source, "chunks": chunks}
+        doc = {"format": FORMAT, "version": VERSION, "source": source, "chunks": chunks,
+               DATA: data_seen(w.sink)}
         add_partials(doc, taps, starts)
         body = json.dumps(doc, indent=1).encode()
         with os.fdopen(d.create(INDEX), "wb") as f:
             f.write(body)
     return events, chunks, sum(sizes) + len(body)
+
+
+def data_seen(sink: SplitSink) -> dict:
+    """The checks' data (timeline.family.CheckData) a set holds, as the index's "data": name -> bool,
+    for those the converter can tell (timeline check SET then says "not recorded" without a chunk)."""
+    from ..registry import CHECK_DATA
+
+    out = {}
+    for d in CHECK_DATA:
+        seen = d.seen(sink.categories, sink.counter_names, sink.samples)
+        if seen is not None:
+            out[d.name] = bool(seen)
+    return out
 
 
 def partial_collectors(m: LogModel) -> dict:

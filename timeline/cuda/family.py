@@ -60,7 +60,7 @@ CUDA = Family(
     capture_ranges=(CaptureRange("cudaProfilerApi"),),  # cut while recording (window.profiler_marks)
     always_keep="timeline.cuda.window:always_keep",
     check_data=(CheckData("cuda", "exists(select 1 from slice where category in ('cuda', 'cuda_driver', 'nccl'))",
-                          "CUDA runtime/driver/NCCL call slices"),),
+                          "CUDA runtime/driver/NCCL call slices", categories=("cuda", "cuda_driver", "nccl")),),
     rank_counts=(RankCount("CUDA/NCCL calls", records.RING_CUDA, lambda recs: recs["kind"] != records.CUDA_NAME),),
     doctor="timeline.cuda.doctor:CudaDoctor",
 )

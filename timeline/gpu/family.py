@@ -37,6 +37,7 @@ GPU = Family(
     capture_ranges=(CaptureRange("nvtx:", launched_only=True, window="timeline.gpu.nvtx_range:window"),),
     check_data=(CheckData("gpu", "exists(select 1 from slice where category in ('gpu_kernel', 'gpu_memcpy', "
                                  "'gpu_memset'))",
-                          "GPU activity (kernel/copy/memset slices of the gpu family)"),),
+                          "GPU activity (kernel/copy/memset slices of the gpu family)",
+                          categories=("gpu_kernel", "gpu_memcpy", "gpu_memset")),),
     doctor="timeline.gpu.doctor:GpuDoctor",
 )

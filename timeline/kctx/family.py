@@ -61,7 +61,7 @@ IOCTL = Family(
     options=IoctlOptions,
     plugin="timeline.kctx.plugins:IoctlPlugin",
     converters=("timeline.kctx.convert_ioctl:IoctlConverter",),
-    check_data=(CheckData("ioctl", "exists(select 1 from slice where category = 'ioctl')", "GPU-driver ioctl slices"),),
+    check_data=(CheckData("ioctl", "exists(select 1 from slice where category = 'ioctl')", "GPU-driver ioctl slices", categories=("ioctl",)),),
 )
 
 BLOCK = Family(
@@ -73,7 +73,7 @@ BLOCK = Family(
     programs=("tl_blk_insert", "tl_blk_issue", "tl_blk_done"),
     converters=("timeline.kctx.convert_block:BlockConverter",),
     check_data=(CheckData("block_io", "exists(select 1 from slice where category = 'block_io')",
-                          "block I/O request slices"),),
+                          "block I/O request slices", categories=("block_io",)),),
 )
 
 COUNTERS = Family(
@@ -87,5 +87,5 @@ COUNTERS = Family(
     plugin="timeline.kctx.plugins:CountersPlugin",
     converters=("timeline.kctx.convert_counters:CountersConverter",),
     check_data=(CheckData("gpu_counters", "exists(select 1 from counter_track where name glob 'gpu[0-9]*.*')",
-                          "GPU counters (gpu<N>.utilization_pct, ...)"),),
+                          "GPU counters (gpu<N>.utilization_pct, ...)", counters="gpu[0-9]*.*"),),
 )

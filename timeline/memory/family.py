@@ -31,7 +31,7 @@ MEM = Family(
               "tl_mem_compact_begin", "tl_mem_compact_end", "tl_mem_oom_victim"),
     converters=("timeline.memory.convert_mem:MemConverter",),
     check_data=(CheckData("memory", "exists(select 1 from slice where category = 'memory')",
-                          "memory-pressure stalls or OOM kills"),),
+                          "memory-pressure stalls or OOM kills", categories=("memory",)),),
 )
 
 CGROUP = Family(
@@ -43,5 +43,5 @@ CGROUP = Family(
     plugin="timeline.memory.plugins:CgroupPlugin",
     converters=("timeline.memory.convert_cgroup:CgroupConverter",),
     check_data=(CheckData("cgroup", "exists(select 1 from counter_track where name glob 'cgroup *')",
-                          "cgroup counters ('cgroup <cgroup> <counter>')"),),
+                          "cgroup counters ('cgroup <cgroup> <counter>')", counters="cgroup *"),),
 )

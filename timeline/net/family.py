@@ -55,5 +55,6 @@ NET = Family(
     plugin="timeline.net.plugin:NetPlugin",
     converters=("timeline.net.convert:NetConverter",),
     check_data=(CheckData("net", "exists(select 1 from counter_track where name glob 'net *')",
-                          "network counters of the net family (net <connection> ...)"),),
+                          "network counters of the net family (net <connection> ...)",
+                          counters="net *"),),
 )

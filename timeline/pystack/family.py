@@ -53,5 +53,6 @@ PYSTACK = Family(
     plugin="timeline.pystack.plugin:PyStackPlugin",
     converters=("timeline.pystack.converter:PyStackConverter",),
     check_data=(CheckData("pystack", "exists(select 1 from cpu_profile_stack_sample) or exists(select 1 from perf_sample)",
-                          "Python stack samples (the pystack family's timer samples, or its stacks at calls and waits)"),),
+                          "Python stack samples (the pystack family's timer samples, or its stacks at calls and waits)",
+                          samples=True),),
 )
