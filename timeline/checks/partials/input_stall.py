@@ -233,12 +233,8 @@ def summarize(inp: Inputs, params: dict) -> dict | None:
     if waited >= params["warn_fraction"] * (s1 - s0):
         ok = (wwait > 0) & (wwait >= params["warn_fraction"] * wdur)
         share = wwait[ok] * 1.0 / wdur[ok]
-        o = np.argsort(-share, kind="stable")
+        o = np.argsort(-share, kind="stable")  # the SQL's order: share, then the earliest window (w0 ascends)
         k = int(params["max_windows"])
-        srt = share[o]
-        if k > 0 and ((srt[1:min(k, srt.size)] == srt[:min(k, srt.size) - 1]).any()
-                      or (k < srt.size and srt[k] == srt[k - 1])):
-            return None  # the order of tied windows, or which of them are listed: SQLite's sorter
         windows = [[int(w0[ok][i]), int(wdur[ok][i]), int(wwait[ok][i])] for i in o[:k].tolist()]
     return {**out, "waited": waited, "states": states, "lines": [[line, w] for line, w in top], "windows": windows}
 

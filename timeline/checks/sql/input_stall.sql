@@ -112,7 +112,7 @@ select * from (
   from _tl_is_wj j join _tl_is_win w using (win)
   where (select waited >= ${warn_fraction} * span from _tl_is)
   group by win having sum(j.dur) >= ${warn_fraction} * w.dur
-  order by sum(j.dur) * 1.0 / w.dur desc limit cast(${max_windows} as int))
+  order by sum(j.dur) * 1.0 / w.dur desc, w.ts limit cast(${max_windows} as int))  -- ties: the earliest first
 union all
 select 'info', printf('the DataLoader''s run of %.0f s would need %,d windows of %g s: they are %.0f s long '
                       || 'instead (%,d of them)', (end_ts - ts) / 1e9,
