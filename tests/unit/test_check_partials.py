@@ -258,11 +258,12 @@ def test_a_single_slice_is_read_as_a_batch_of_one():
     one.slice(200, 10, 5, 5, "cudaLaunchKernel", "cuda", {"kernel": "k0"}, flow_out=[7, 8])
     batch.slices(np.array([200]), np.array([10]), np.array([5]), np.array([5]), "cudaLaunchKernel", "cuda",
                  [Column("kernel", "str", np.zeros(1, np.int64), ["k0"])], flow_out=np.array([[7, 8]], np.uint64))
-    for a, b in ((one.launch, batch.launch), (one.src, batch.src)):
+    for a, b in ((one.launch, batch.launch), (one.src, batch.src), (one.subs, batch.subs)):
         assert len(a) == len(b) > 0
         for x, y in zip(a, b):
             assert all(np.array_equal(u, v) for u, v in zip(x, y))
-    assert one.rows == batch.rows == 3  # one launch, two flow sources: the ioctl slice is not held
+    # one launch, held as such and as a GPU submission, two flow sources: the ioctl slice is not held
+    assert one.rows == batch.rows == 4
 
 
 def test_a_partial_too_big_for_the_index_is_left_out(tmp_path, monkeypatch):

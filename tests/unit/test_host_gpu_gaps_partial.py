@@ -108,3 +108,108 @@ def test_threads_tied_for_a_devices_work_run_the_sql(tmp_path):
     res = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1,
                     params={CHECK: {"min_idle_us": 300}}).results[0]
     assert res.note == NOT_MERGED
+
+
+# -- without GPU activity: gaps between a process' submissions
+
+class NoGpuLog(GpuLog):
+    """GpuLog with CUDA calls only; `naps`: (start, end) us where the submitting thread sleeps (S);
+    `sched_from`: its scheduling recorded only from then on (us)."""
+
+    def __init__(self, span_us, naps=(), sched_from=0):
+        super().__init__(span_us=span_us)
+        self.naps, self.sched_from = naps, sched_from
+
+    def builder(self):
+        b = super().builder()
+        if not self.naps and not self.sched_from:
+            return b
+        b._sched = []
+        b.blocks = [x for x in b.blocks if not (x[0] == "ring" and x[1][0] == RING_SCHED)]
+        b.switch(us(self.sched_from), 0, 5, TID, prev_tracked=False)
+        for a, e in self.naps:
+            b.switch(us(a), 0, TID, 5, prev_state=1, next_tracked=False)
+            b.switch(us(e), 0, 5, TID, prev_tracked=False)
+        b.switch(us(self.span_us), 0, TID, 5, prev_state=1, next_tracked=False)
+        b.switch(us(10), 1, 6, WORKER, prev_state=1, prev_tracked=False)
+        b.switch(us(self.span_us), 1, WORKER, 6, prev_state=1, next_tracked=False)
+        b.flush()
+        return b
+
+
+def submissions_log(steps=60, warmup_us=0, naps=(), sched_from=0, blocked_every=2, tie=False) -> NoGpuLog:
+    """A process launching 5 kernels (each its own function pointer) at the start of each 8 ms step, then
+    ~7.9 ms without submissions; in every `blocked_every`-th step 6 ms of it in cudaStreamSynchronize
+    (blocked: not host-bound). warmup_us: a pause before k4's first launch (a start-up); tie: two
+    submissions at the same ts once (lead()'s order would decide)."""
+    g = NoGpuLog(span_us=2000 + warmup_us + steps * 8000 + 20_000, naps=naps, sched_from=sched_from)
+    g.call("cudaMalloc", us(1000), 50_000)
+    t = 2000
+    for step in range(steps):
+        for i in range(5):
+            if step == 0 and i == 4:
+                t += warmup_us
+            g.call("cudaLaunchKernel", us(t + 20 * i), 10_000, args=(0x1000 + 16 * i,))
+        if tie and step == 7:
+            g.call("cudaMemcpyAsync", us(t + 80), 3_000)
+        if blocked_every and step % blocked_every == blocked_every - 1:
+            g.call("cudaStreamSynchronize", us(t + 200), 6_000_000)
+        t += 8000
+    return g
+
+
+def both_nogpu(tmp_path, g, split="50ms"):
+    one, path, index = converted(tmp_path, g, split)
+    return sql_findings(one, CHECK), set_result(path, CHECK), index
+
+
+@pytest.mark.parametrize("case", ["host", "startup", "napping", "unrecorded", "all_host", "none_host"])
+def test_without_gpu_activity_the_partial_gives_the_sql_findings(tmp_path, case):
+    """No gpu family: the per-process row on the gaps between submissions (half of them blocked in a
+    sync), with a start-up (its own line; its gaps left out of the totals), the thread asleep in some
+    gaps (not host-bound), its states unrecorded early on (not judged), every gap host-bound (detail
+    rows), none: severity, text, ts/dur and every column as the SQL gives them, over 12 chunks."""
+    g = {"host": lambda: submissions_log(),
+         "startup": lambda: submissions_log(warmup_us=30_000),
+         "napping": lambda: submissions_log(naps=[(100_000, 200_000)]),
+         "unrecorded": lambda: submissions_log(sched_from=150_000),
+         "all_host": lambda: submissions_log(blocked_every=0),
+         "none_host": lambda: submissions_log(blocked_every=1)}[case]()
+    (status, want), got, index = both_nogpu(tmp_path, g)
+    assert CHECK in index.get("partials", {}) and len(index["chunks"]) > 5
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    texts = [f.message for f in want]
+    assert texts and texts[0].startswith("python3 (pid 1000): "), texts
+    assert any(t.startswith("start-up of python3") for t in texts) == (case == "startup"), texts
+    assert ("not judged" in texts[0]) == (case == "unrecorded"), texts
+    assert sum(t.startswith("GPU idle for") for t in texts) == (3 if status in ("warning", "error") else 0), texts
+    gaps = want[0].evidence.get("gaps", 0)
+    assert gaps == {"all_host": 59, "none_host": 0}.get(case, gaps) and (gaps > 0) == (case != "none_host"), want
+
+
+def test_without_gpu_activity_no_partial_where_the_sql_order_decides(tmp_path):
+    """Two submissions at the same ts (lead()'s row order picks the next one), and two processes
+    submitting (listed in trace_processor's process order): no partial, the SQL runs, same findings."""
+    (status, want), got, index = both_nogpu(tmp_path, submissions_log(steps=20, tie=True), "100ms")
+    assert CHECK not in index.get("partials", {}) and got.note == NOT_MERGED
+    g = submissions_log(steps=20)
+    g.calls[-1]["tgid"] = WORKER  # a sync of another process
+    g.calls[-1]["tid"] = WORKER
+    g.call("cudaLaunchKernel", us(5000), 10_000, tid=WORKER, args=(0x1000,))
+    g.calls[-1]["tgid"] = WORKER
+    (tmp_path / "two").mkdir()
+    _, _, index = both_nogpu(tmp_path / "two", g, "100ms")
+    assert CHECK not in index.get("partials", {})
+
+
+def test_nvml_counters_beside_submissions_run_the_sql():
+    """NVML utilization counters are the SQL's other judge without GPU activity: no partial."""
+    from timeline.checks.partials import host_gpu_gaps
+    from timeline.checks.partials._gpu import GpuColumns
+    from timeline.checks.partials._sched import SchedColumns
+    cols = GpuColumns()
+    cols.log_start = 0
+    cols.counters("gpu0.utilization_pct", [1], [5.0])
+    assert host_gpu_gaps.part((cols, SchedColumns()), [0]) is None
+    cols.nvml = False
+    assert host_gpu_gaps.part((cols, SchedColumns()), [0]) is not None

@@ -20,6 +20,7 @@ by trace_processor's utid order), a flow id with two sources or two ends, a reco
 from __future__ import annotations
 
 import math
+import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import NamedTuple
 
@@ -39,6 +40,8 @@ BLOCKING = ("cudaMemcpy", "cudaMemcpy2D", "cudaMalloc", "cudaFree", "cuMemcpy", 
             "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoD_v2")
 SUBMITS = ("cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync",
            "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cudaMemsetAsync")
+# the counters host_gpu_gaps reads without GPU activity (its _tl_hg_util: GLOB 'gpu[0-9]*.utilization_pct[ value]')
+NVML_UTIL = re.compile(r"gpu[0-9].*\.utilization_pct( value)?")
 MAX_ROWS = 20_000_000   # held rows of all three kinds (16 to 33 bytes each: ~0.7 GB at most)
 
 
@@ -100,6 +103,8 @@ class GpuColumns:
         self.block: list[tuple] = []    # blocking CUDA calls of dur > 0: ts, dur, pid (host_gpu_gaps)
         self.first_call: dict[int, int] = {}  # pid -> its first CUDA call (tl_startup.ts)
         self.submitters: set[int] = set()     # pids with a GPU submission (host_gpu_gaps' _tl_hg_sub)
+        self.subs: list[tuple] = []     # GPU submissions: ts, dur, tid, pid (host_gpu_gaps without GPU activity)
+        self.nvml = False               # NVML utilization counters seen (host_gpu_gaps' other judge)
         self.rows = 0
         self.declined = ""              # why no partial (empty: none yet)
 
@@ -169,13 +174,13 @@ class GpuColumns:
         if cuda.any():
             pids = self._pids(tid, pid) if pids is None else pids
             self._calls(ts[cuda], np.asarray(np.broadcast_to(np.asarray(dur, np.int64), (n,)))[cuda], pids[cuda],
-                        fn[cuda], cats[cuda], launch[cuda])
+                        fn[cuda], cats[cuda], launch[cuda], tid[cuda])
         if not launch.any() or not self._hold(int(launch.sum())):
             return
         pids = self._pids(tid, pid) if pids is None else pids
         self.launch.append((ts[launch], pids[launch].astype(np.int32), key[launch].astype(np.int32)))
 
-    def _calls(self, ts, dur, pid, fn, cat, launch) -> None:
+    def _calls(self, ts, dur, pid, fn, cat, launch, tid) -> None:
         """host_gpu_gaps' inputs from a batch of CUDA calls: each process' first call, whether it submits
         GPU work, and its blocking calls (the SQL's `fn glob '*ynchronize'` or one of BLOCKING)."""
         order = np.lexsort((ts, pid))
@@ -186,10 +191,16 @@ class GpuColumns:
         strings = self.s.strings
         submit = launch | (cat == self.s.code("nccl")) | np.isin(fn, [self.s.code(x) for x in SUBMITS])
         self.submitters.update(np.unique(pid[submit]).tolist())
+        if submit.any() and not self.gpu and self._hold(int(submit.sum())):  # (with GPU work they are not read)
+            self.subs.append((ts[submit], dur[submit], tid[submit], pid[submit]))
         waits = [c for c in fns if c >= 0 and (strings[c].endswith("ynchronize") or strings[c] in BLOCKING)]
         b = np.isin(fn, waits) & (dur > 0)
         if b.any() and self._hold(int(b.sum())):
             self.block.append((ts[b], dur[b], pid[b]))
+
+    def counters(self, name, ts, values, pid=None) -> None:
+        """Counter samples (the sink's `counters`): only whether NVML's utilization is among them."""
+        self.nvml = self.nvml or bool(NVML_UTIL.fullmatch(str(name)))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         """A batch of slices on a named track (the sink's `group_slices`: GPU work)."""

@@ -1,6 +1,6 @@
-"""host_gpu_gaps (sql/host_gpu_gaps.sql) as a partial computed at conversion, for recordings with GPU
-activity (the gpu family): without it the SQL judges gaps between submissions beside NVML's
-utilization counters, and there is no partial.
+"""host_gpu_gaps (sql/host_gpu_gaps.sql) as a partial computed at conversion. With GPU activity (the
+gpu family) as below; without it, the SQL judges each process' gaps between GPU submissions, and so
+does `_submission_gaps` (one process, no NVML utilization counters beside them: else no partial).
 
 Its inputs are _gpu.py's: per device, its work, its steady state (tl_gpu_window) and the thread that
 feeds it (the owner: most flows into its work); each process' first CUDA call, start-up end
@@ -30,7 +30,7 @@ from ._gpu import GpuColumns, _fixed, _g, _round, device_times, made_with
 from ._sched import SchedColumns
 
 CHECK = "host_gpu_gaps"
-VERSION = 1
+VERSION = 2
 Collector = (GpuColumns, SchedColumns)
 ACTIVE = ("Running", "R", "R+")  # the SQL's "on the CPU or waiting for it"
 
@@ -68,8 +68,12 @@ def waited(ts: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
 
 def part(collectors, starts) -> dict | None:
     cols, sched = collectors
+    if not len(starts) or cols.log_start != int(starts[0]) or cols.declined:
+        return None
+    if not cols.gpu:
+        return _submission_gaps(cols, sched, starts)
     g = cols.steady()
-    if g is None or not len(starts) or cols.log_start != int(starts[0]):
+    if g is None:
         return None
     p = BY_ID[CHECK].defaults()
     min_idle = int(p["min_idle_us"] * 1000)
@@ -94,18 +98,11 @@ def part(collectors, starts) -> dict | None:
         startup = a < t.start
         mine = b_pid == pid
         blocked = waited(b_ts[mine], b_ts[mine] + b_dur[mine], a, b)
-        states = sched.thread_states(tid)
-        if states is None:
+        judged = _judged(sched, tid, a, b, blocked, p)
+        if judged is None:
             return None  # the sched collector cannot say what trace_processor shows (its doc)
-        st_ts, st_dur, st_state = states["ts"], states["dur"], states["state"]
-        pos = st_dur > 0
-        st_ts, st_end, st_state = st_ts[pos], st_ts[pos] + st_dur[pos], st_state[pos]
-        covered = within(st_ts, st_end, a, b)
-        act = np.isin(st_state, ACTIVE)
-        active = within(st_ts[act], st_end[act], a, b)
+        host, unknown = judged
         dur = b - a
-        host = (blocked < 0.5 * dur) & ((covered == 0) | (active >= p["active_fraction"] * dur))
-        unknown = covered == 0
         gaps_of[str(dev)] = (pid, a, dur, startup)
         judged = host & ~startup & ~unknown
         order = np.lexsort((a[judged], -dur[judged]))  # longest first, the earliest of equal ones
@@ -131,6 +128,84 @@ def part(collectors, starts) -> dict | None:
             "chunks": [{} for _ in range(len(starts))]}
 
 
+def _judged(sched: SchedColumns, tid: int, a, b, blocked, p):
+    """Of the gaps [a, b) of thread tid: host-bound ones, and those with no thread state over them
+    (unknown); None where the sched collector cannot say what trace_processor shows."""
+    states = sched.thread_states(tid)
+    if states is None:
+        return None
+    pos = states["dur"] > 0
+    st_ts, st_end, st_state = states["ts"][pos], states["ts"][pos] + states["dur"][pos], states["state"][pos]
+    covered = within(st_ts, st_end, a, b)
+    act = np.isin(st_state, ACTIVE)
+    active = within(st_ts[act], st_end[act], a, b)
+    dur = b - a
+    return (blocked < 0.5 * dur) & ((covered == 0) | (active >= p["active_fraction"] * dur)), covered == 0
+
+
+def _submission_gaps(cols: GpuColumns, sched: SchedColumns, starts) -> dict | None:
+    """Without GPU activity: the SQL's per-process rows, judged on the gaps between a process' GPU
+    submissions (_tl_hg_sub: launches, NCCL calls, graph launches, async copies), each gap on the thread
+    of the submission before it; the start-up lines. No partial beside NVML's utilization counters (the
+    SQL's other judge), for submissions of one process at the same ts (which is next: lead()'s row
+    order), or for more than one process with submissions (the SQL lists them in trace_processor's
+    process order)."""
+    if cols.nvml:
+        return None
+    p = BY_ID[CHECK].defaults()
+    out = {"version": VERSION, "params": p, "start": int(starts[0]), "devices": {}, "startups": {},
+           "processes": {}}
+    if not cols.subs:
+        return {"set": out, "chunks": [{} for _ in range(len(starts))]}
+    ts, dur, tid, pid = (np.concatenate(c) for c in zip(*cols.subs))
+    if np.unique(pid).size > 1:
+        return None
+    o = np.lexsort((ts, pid))
+    ts, dur, tid, pid = ts[o], dur[o], tid[o], pid[o]
+    if (ts[1:] == ts[:-1]).any():
+        return None
+    q = int(pid[0])
+    name = sched._name(q) or None
+    if name is None:
+        return None
+    ends = cols._startup_ends()
+    first, end = cols.first_call.get(q), ends.get(q)
+    a, b = ts[:-1] + dur[:-1], ts[1:]
+    keep = b - a >= p["min_gap_ms"] * 1e6
+    a, b, on = a[keep], b[keep], tid[:-1][keep]
+    startup = a < (end or 0)
+    if cols.block:
+        b_ts, b_dur, b_pid = (np.concatenate(c) for c in zip(*cols.block))
+        mine = b_pid == q
+        blocked = waited(b_ts[mine], b_ts[mine] + b_dur[mine], a, b)
+    else:
+        blocked = np.zeros(a.size, np.int64)
+    host, unknown = np.zeros(a.size, bool), np.zeros(a.size, bool)
+    for t in np.unique(on).tolist():
+        m = on == t
+        got = _judged(sched, t, a[m], b[m], blocked[m], p)
+        if got is None:
+            return None
+        host[m], unknown[m] = got
+    gd = b - a
+    w0 = max(int(ts.min()), end or 0)
+    w1 = int((ts + dur).max())
+    judged = host & ~startup & ~unknown
+    order = np.lexsort((a[judged], -gd[judged]))
+    top = [[int(x), int(y)] for x, y in zip(a[judged][order][:3].tolist(), gd[judged][order][:3].tolist())]
+    gone = host & ~startup & unknown
+    # the row's ts: the longest judged gap, start-up ones included (the SQL's subquery does not leave them out)
+    seen = host & ~unknown
+    at = int(a[seen][np.lexsort((a[seen], -gd[seen]))[0]]) if seen.any() else w0
+    out["processes"][str(q)] = [name, w0, w1 - w0, int((ts >= w0).sum()), int(judged.sum()), int(gd[judged].sum()),
+                                int(gd[judged].max()) if judged.any() else None, int(gone.sum()), int(gd[gone].sum()),
+                                top, at]
+    if first is not None and end is not None and end - first >= p["min_gap_ms"] * 1e6:
+        s = gd[startup]
+        out["startups"][str(q)] = [name, first, end, int(s.size), int(s.sum()), int(s.max()) if s.size else 0]
+    return {"set": out, "chunks": [{} for _ in range(len(starts))]}
+
+
 def merge(set_part: dict, chunk_parts: list, params: dict):
     """The check's rows from the set's part (None where the partial does not apply: run the SQL)."""
     if not made_with(set_part, VERSION, params):
@@ -153,6 +228,23 @@ def merge(set_part: dict, chunk_parts: list, params: dict):
             text += (f"; {unknown} more stretches ({_fixed(unknown_total / 1e9, 3)} s) not judged: thread state not "
                      "recorded (-e sched)")
         rows.append(_row(sev, text, top[0][0] if top else ts, longest if longest is not None else span, None,
+                         _round(1.0 * total / span, 4), gaps, _round((longest or 0) / 1e6, 3)))
+        if total >= p["warn_fraction"] * span:
+            detail += top
+    for pid, (name, ts, span, subs, gaps, total, longest, unknown, unknown_total, top, at) in sorted(
+            set_part.get("processes", {}).items(), key=lambda kv: int(kv[0])):
+        if span <= 0:
+            continue
+        sev = ("error" if total >= p["error_fraction"] * span else "warning" if total >= p["warn_fraction"] * span
+               else "info" if unknown > 0 else "ok")
+        text = (f"{name} (pid {int(pid)}): {gaps:,} gaps of >= {_g(p['min_gap_ms'])} ms between GPU submissions "
+                f"while the submitting thread was busy on the CPU, {_fixed(total / 1e9, 3)} s = "
+                f"{_fixed(100.0 * total / span, 0)}% of its submission span ({_fixed(span / 1e9, 2)} s, {subs:,} "
+                "submissions)" + (f"; longest {_fixed(longest / 1e6, 1)} ms" if gaps > 0 else ""))
+        if unknown > 0:
+            text += (f"; {unknown} more gaps ({_fixed(unknown_total / 1e9, 3)} s) not judged: thread state not "
+                     "recorded (-e sched)")
+        rows.append(_row(sev, text, at, longest if longest is not None else span, None,
                          _round(1.0 * total / span, 4), gaps, _round((longest or 0) / 1e6, 3)))
         if total >= p["warn_fraction"] * span:
             detail += top
