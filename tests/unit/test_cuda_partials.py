@@ -1,0 +1,74 @@
+"""cuda_errors', cuda_graphs' and alloc_churn's partials (timeline/checks/partials/cuda_*.py,
+alloc_churn.py): written into a trace set's index by the converter, merged without trace_processor,
+they give the findings their SQL gives on the same recording converted as one trace. Synthetic raw logs
+of CUDA calls with return codes (test_gpu_convert.GpuLog), split into ~5 ms chunks with calls crossing
+the boundaries."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_check_partials import both_ways
+from test_gpu_convert import PID, TID, WORKER, GpuLog, us
+from timeline.checks.traceset import FROM_INDEX
+from timeline.cuda import records as cuda_records
+from timeline.cuda.probes import BY_NAME
+
+
+class CallLog(GpuLog):
+    """GpuLog whose calls may return an error code or write an output (exec, ptr)."""
+
+    def call(self, name, ts, dur, tid=TID, args=(), ret=0, out=None):
+        p = BY_NAME[name]
+        r = np.zeros(1, cuda_records.CUDA_EVENT)
+        r["args"][0, :len(args)] = list(args)
+        r["cookie"], r["tid"], r["tgid"], r["ts"], r["dur"] = p.cookie(), tid, PID, ts, dur
+        r["kind"], r["flags"], r["ret"] = cuda_records.CUDA_CALL, cuda_records.CF_HAS_RET, ret & 0xFFFFFFFF
+        if out is not None:
+            r["out"], r["flags"] = out, r["flags"] | cuda_records.CF_OUT
+        self.calls.append(r)
+
+
+def assert_same(tmp_path, g, check):
+    (status, want), got, index, _ = both_ways(tmp_path, g, check=check)
+    assert check in index.get("partials", {}), "the converter wrote no partial"
+    assert got.note == FROM_INDEX
+    assert got.status == status
+    assert [f.__dict__ for f in got.findings] == [f.__dict__ for f in want]
+    return want
+
+
+def error_log(case) -> CallLog:
+    g = CallLog(span_us=40_000)
+    g.call("cudaMemcpy", us(100), 50_000)  # a success (ret 0 recorded)
+    if case == "none":
+        g.call("cudaStreamQuery", us(300), 2_000, ret=600)  # polling: not an error
+        return g
+    t = 1000
+    for i in range(12):  # 3 ms apart, 2.5 ms long: some cross the 5 ms chunk boundaries
+        g.call("cudaMalloc", us(t), 2_500_000, args=(0, 1 << 20), ret=2)
+        g.call("cudaStreamQuery", us(t + 2600), 2_000, ret=600)         # not ready: polling
+        g.call("cudaMemcpy", us(t + 2700), 3_000, tid=WORKER, ret=600)  # 600 elsewhere: an error
+        t += 3000
+    g.call("cuMemAlloc_v2", us(2000), 30_000, tid=WORKER, args=(0, 4096), ret=2)
+    g.call("cuStreamQuery", us(9000), 30_000, tid=WORKER, ret=700)
+    g.call("cudaFree", us(9900), 4_000_000, tid=WORKER, args=(0x10,), ret=700)  # across a boundary, a call inside
+    g.call("cudaFree", us(9800), 10_000, ret=1)  # first at the same ts on two threads
+    g.call("cudaMemcpy", us(9800), 10_000, tid=WORKER, ret=1)
+    return g
+
+
+@pytest.mark.parametrize("case", ["errors", "none"])
+def test_cuda_errors(tmp_path, case):
+    want = assert_same(tmp_path, error_log(case), "cuda_errors")
+    assert {f.severity for f in want} == ({"ok"} if case == "none" else {"error"})
+
+
+def test_cuda_errors_declines_where_a_slice_crosses_a_failed_call(tmp_path):
+    """An NVTX range starting inside a failed call and ending after it: trace_processor closes the call at
+    the range's end; no partial, the SQL runs."""
+    g = error_log("errors")
+    g.nvtx((10, "step"), us(9805), us(9850), tid=WORKER)  # starts inside the failed cudaMemcpy, ends after it
+    (status, want), got, index, _ = both_ways(tmp_path, g, check="cuda_errors")
+    assert "cuda_errors" not in index.get("partials", {})
+    assert got.note != FROM_INDEX and got.status == status
