@@ -72,3 +72,63 @@ def test_cuda_errors_declines_where_a_slice_crosses_a_failed_call(tmp_path):
     (status, want), got, index, _ = both_ways(tmp_path, g, check="cuda_errors")
     assert "cuda_errors" not in index.get("partials", {})
     assert got.note != FROM_INDEX and got.status == status
+
+
+def graph_log(case) -> CallLog:
+    """A capture, instantiation and launches per graph on TID (each 3 ms apart: set-up calls cross the 5 ms
+    chunk boundaries); 'storm': a new graph every step launched once; 'never': a graph never launched;
+    'noexec': instantiations that fail (no exec handle) and launches counted; 'none': no graph call."""
+    g = CallLog(span_us=60_000)
+    g.call("cudaMemcpy", us(100), 50_000)
+    if case == "none":
+        return g
+    t = 1000
+    graphs = 12 if case == "storm" else 3
+    for i in range(graphs):
+        ex = 0x7000 + 16 * i
+        g.call("cudaStreamBeginCapture_ptsz" if i % 2 else "cudaStreamBeginCapture", us(t), 100_000, args=(0x5, 0))
+        g.call("cudaStreamEndCapture", us(t + 200), 300_000, args=(0x5,), out=0x9000 + i)
+        if case == "noexec" and i == 1:
+            g.call("cudaGraphInstantiate", us(t + 600), 1_900_000, args=(0, 0x9000 + i, 0), ret=1)
+        else:
+            g.call("cudaGraphInstantiateWithFlags" if i == 2 else "cudaGraphInstantiate", us(t + 600), 1_900_000,
+                   args=(0, 0x9000 + i, 0), out=ex)
+        if not (case == "never" and i == 2):
+            for j in range(1 if case == "storm" else 6):
+                g.call("cudaGraphLaunch", us(t + 2600 + 50 * j), 20_000, args=(ex, 0x5))
+        t += 3000
+    g.call("cuGraphLaunch_ptsz", us(t), 5_000, tid=WORKER, args=(0x6000, 0x5))  # a graph not instantiated here
+    return g
+
+
+@pytest.mark.parametrize("case", ["storm", "never", "noexec", "none"])
+def test_cuda_graphs(tmp_path, case):
+    want = assert_same(tmp_path, graph_log(case), "cuda_graphs")
+    assert {f.severity for f in want} == ({"warning"} if case in ("storm", "never") else {"ok"})
+
+
+def test_cuda_graphs_other_parameters(tmp_path):
+    """The reduce SQL runs at merge with the parameters asked for: min_replays 10 makes 'never' a storm."""
+    from timeline.checks import run_checks
+    from timeline.checks.traceset import check_set
+    from timeline.identity import invoking_user
+    from timeline.trace_processor import TraceProcessorConfig, open_trace
+    from test_check_partials import converted
+    params = {"cuda_graphs": {"min_replays": 10, "min_instantiations": 2}}
+    one, path, index = converted(tmp_path, graph_log("never"))
+    with open_trace(one, engine="wasm") as tp:
+        want = next(iter(run_checks(tp, one, only=["cuda_graphs"], params=params).results)).findings
+    got = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=["cuda_graphs"], params=params,
+                    workers=1).results[0]
+    assert got.note == FROM_INDEX
+    assert [f.__dict__ for f in got.findings] == [f.__dict__ for f in want]
+    assert "re-captured" in want[0].message
+
+
+def test_cuda_graphs_declines_where_a_slice_crosses_a_setup_call(tmp_path):
+    """An NVTX range starting inside an instantiation and ending after it: no partial, the SQL runs."""
+    g = graph_log("never")
+    g.nvtx((10, "step"), us(1700), us(3550))
+    (status, want), got, index, _ = both_ways(tmp_path, g, check="cuda_graphs")
+    assert "cuda_graphs" not in index.get("partials", {})
+    assert got.note != FROM_INDEX and got.status == status

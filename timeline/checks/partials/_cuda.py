@@ -13,7 +13,8 @@ import numpy as np
 from ._gpu import CUDA_CATS, _arg, _Strings, fn_codes
 
 NOT_READY_FNS = ("cudaStreamQuery", "cudaEventQuery", "cuStreamQuery", "cuEventQuery")
-MAX_HELD = 200_000  # failed calls held (ts, dur, tid) for the nesting check
+MAX_HELD = 200_000  # failed calls, graph set-up calls held (ts, dur, tid) for the nesting check
+MAX_EXECS = 100_000  # (process, graph exec handle) pairs counted
 
 
 class CudaCalls:
@@ -31,6 +32,10 @@ class CudaCalls:
         self.err_rows: list[tuple] = []   # failed calls: ts, dur, tid
         self.held = 0
         self.declined = ""
+        self.graph_kind: dict[int, tuple] = {}  # fn code -> (is_capture, is_inst, is_launch, is_setup), or ()
+        self.graph: dict[int, list] = {}  # pid -> [captures, inst, launches, setup ns, first inst, last inst end]
+        self.execs: dict[tuple, int] = {}  # (pid, is_inst, exec) -> calls
+        self.setup_rows: list[tuple] = []  # graph set-up calls: ts, dur, tid
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
         if cat not in CUDA_CATS:
@@ -53,9 +58,66 @@ class CudaCalls:
         self.seen += int(cuda.sum())
         dur = np.maximum(np.broadcast_to(np.asarray(dur, np.int64), (n,)), 0)  # the sink ends it at ts + max(dur, 0)
         tid = np.broadcast_to(np.asarray(tid, np.int64), (n,))
-        self._errors(ts, dur, tid, cats, cuda, n, name, args)
+        fn = fn_codes(self.s, n, name)
+        self._errors(ts, dur, tid, cats, cuda, n, fn, args)
+        self._graphs(ts, dur, tid, pid, cuda, n, fn, args)
 
-    def _errors(self, ts, dur, tid, cats, cuda, n, name, args) -> None:
+    def _hold(self, k: int) -> bool:
+        self.held += k
+        if self.held > MAX_HELD and not self.declined:
+            self.declined, self.err_rows, self.setup_rows = f"more than {MAX_HELD:,} calls held", [], []
+        return not self.declined
+
+    def _graph_kind(self, code: int) -> tuple:
+        """cuda_graphs' _tl_cg_calls of one fn: () where it is not read, else its four flags (the globs)."""
+        k = self.graph_kind.get(code)
+        if k is None:
+            f = self.s.strings[code] if code >= 0 else ""
+            t = f[2:] if f.startswith("cu") else None  # glob 'cu*X*': X after the leading "cu"
+            if t is None or ("Capture" not in t and "Graph" not in t):
+                k = ()
+            else:
+                cap, inst = "StreamBeginCapture" in t, "GraphInstantiate" in t
+                k = (cap, inst, f in ("cudaGraphLaunch", "cuGraphLaunch"), cap or inst or "StreamEndCapture" in t)
+            self.graph_kind[code] = k
+        return k
+
+    def _graphs(self, ts, dur, tid, pid, cuda, n, fn, args) -> None:
+        """cuda_graphs' _tl_cg_part: per process its captures, instantiations, launches and set-up time;
+        per (process, exec handle) the instantiations and launches."""
+        uniq = np.unique(fn[cuda]).tolist()
+        kinds = {c: self._graph_kind(c) for c in uniq}
+        read = [c for c in uniq if kinds[c]]
+        if not read:
+            return
+        k = np.flatnonzero(cuda & np.isin(fn, read))
+        pids = (np.broadcast_to(np.asarray(pid, np.int64), (n,))[k] if pid is not None else
+                np.array([-1 if (p := self.pid_of(t)) is None else p for t in tid[k].tolist()], np.int64))
+        if (pids < 0).any():
+            self.declined = "a graph call of a thread without a process"
+            return
+        exv = _values(_arg(args, "exec"), k)
+        for i, p in zip(k.tolist(), pids.tolist()):  # graph calls: a few per step at most
+            cap, inst, launch, setup = kinds[int(fn[i])]
+            g = self.graph.setdefault(p, [0, 0, 0, 0, None, None])
+            g[0] += cap
+            g[1] += inst
+            g[2] += launch
+            if setup:
+                g[3] += int(dur[i])
+                if self._hold(1):
+                    self.setup_rows.append((ts[i:i + 1], dur[i:i + 1], tid[i:i + 1].copy()))
+            if inst:
+                t0, t1 = int(ts[i]), int(ts[i] + dur[i])
+                g[4] = t0 if g[4] is None else min(g[4], t0)
+                g[5] = t1 if g[5] is None else max(g[5], t1)
+            if (inst or launch) and exv.get(i) is not None:
+                key = (p, inst, exv[i])
+                self.execs[key] = self.execs.get(key, 0) + 1
+                if len(self.execs) > MAX_EXECS:
+                    self.declined = f"more than {MAX_EXECS:,} graph handles"
+
+    def _errors(self, ts, dur, tid, cats, cuda, n, fn, args) -> None:
         """cuda_errors' _tl_ce_part: the 'all' row's counts; per (category, ret, fn, thread) the failed calls."""
         c = _arg(args, "ret")
         if c is None or c.kind != "int":
@@ -69,16 +131,12 @@ class CudaCalls:
         self.nonzero += int(bad.sum())
         if not bad.any():
             return
-        fn = fn_codes(self.s, n, name)
         ready = np.isin(fn, [self.s.code(f) for f in NOT_READY_FNS])
         bad &= ~((vals == 600) & ready)
         if not bad.any():
             return
         k = np.flatnonzero(bad)
-        self.held += k.size
-        if self.held > MAX_HELD:
-            self.declined, self.err_rows = f"more than {MAX_HELD:,} failed calls", []
-        if not self.declined:
+        if self._hold(k.size):
             self.err_rows.append((ts[k], dur[k], tid[k].copy()))
         keys = np.stack([cats[k], vals[k], fn[k], tid[k]], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
@@ -103,6 +161,24 @@ class CudaCalls:
         """thread.name as the converter names it (None: unknown)."""
         t = self.model.threads.get(tid) if self.model is not None else None
         return t.name if t is not None else None
+
+    def process_name(self, pid: int):
+        """_tl_pname.name: the leader thread's name (None: not known to the converter, so not certain)."""
+        return self.thread_name(pid)
+
+
+def _values(c, rows: np.ndarray) -> dict:
+    """row -> an arg's value as trace_processor keeps it (a hex number as its '0x...' string), of `rows`
+    where present."""
+    if c is None:
+        return {}
+    keep = rows if c.present is None else rows[np.asarray(c.present, bool)[rows]]
+    vals = np.asarray(c.values)[keep].tolist()
+    if c.kind == "hex":
+        vals = [f"{v:#x}" for v in vals]
+    elif c.kind == "str":
+        vals = [c.strings[v] for v in vals]
+    return dict(zip(keep.tolist(), vals))
 
 
 def nested(sched, rows: list[tuple]) -> bool:
@@ -129,4 +205,5 @@ def reduce(check_id: str, params: dict, rows: list) -> list[dict]:
 COLUMNS = {
     "cuda_errors": ["kind", "category", "ret", "fn", "tid", "thread", "calls", "first_ts", "last_end", "with_ret",
                     "not_ready"],
+    "cuda_graphs": ["kind", "pid", "name", "captures", "inst", "launches", "setup", "first_inst", "last_inst", "exec"],
 }
