@@ -132,3 +132,45 @@ def test_cuda_graphs_declines_where_a_slice_crosses_a_setup_call(tmp_path):
     (status, want), got, index, _ = both_ways(tmp_path, g, check="cuda_graphs")
     assert "cuda_graphs" not in index.get("partials", {})
     assert got.note != FROM_INDEX and got.status == status
+
+
+def alloc_log(case) -> CallLog:
+    """cudaMalloc/cudaFree pairs on TID, 3 ms apart ('oom': some return 2, as does a cudaMallocAsync),
+    a cuMemAlloc_v2 on WORKER, async ones (counted only for OOM); 'none': no allocation."""
+    g = CallLog(span_us=60_000)
+    g.call("cudaMemcpy", us(100), 50_000)
+    g.call("cudaLaunchKernel", us(50_000), 20_000, args=(0x1000,))  # the process' last CUDA call
+    if case == "none":
+        return g
+    t = 1000
+    for i in range(15):  # 3 ms apart: some cross the 5 ms chunk boundaries
+        ptr = 0x10000 + 0x1000 * i
+        fail = case == "oom" and i in (6, 7, 11)
+        g.call("cudaMalloc", us(t), 1_000_000 + 37_000 * i, args=(0, (1 + i) << 20), ret=2 if fail else 0,
+               out=None if fail else ptr)
+        if i % 2 and not fail:
+            g.call("cudaFree", us(t + 1500), 200_000 + 1000 * i, args=(ptr,))
+        t += 3000
+    g.call("cuMemAlloc_v2", us(2500), 30_000, tid=WORKER, args=(0, 4096), out=0x90000)
+    # the first OOM at the end of the first cudaMalloc: its allocated-bytes sample counts (ts <=)
+    g.call("cudaMallocAsync", us(2000), 3_000, tid=WORKER, args=(0, 4096, 0x5), ret=2 if case == "oom" else 0,
+           out=None if case == "oom" else 0x91000)
+    return g
+
+
+@pytest.mark.parametrize("case", ["churn", "oom", "none"])
+def test_alloc_churn(tmp_path, case):
+    want = assert_same(tmp_path, alloc_log(case), "alloc_churn")
+    assert ("error" in {f.severity for f in want}) == (case == "oom")
+
+
+@pytest.mark.parametrize("where", [(50_010, 58_000), (7_100, 8_500)])
+def test_alloc_churn_declines_where_a_slice_crosses_a_call(tmp_path, where):
+    """An NVTX range starting inside the process' last CUDA call and ending after it (trace_processor makes
+    the call end with it: another CUDA span), or starting inside a cudaMalloc and ending after it: no
+    partial, the SQL runs."""
+    g = alloc_log("churn")
+    g.nvtx((10, "step"), us(where[0]), us(where[1]))
+    (status, want), got, index, _ = both_ways(tmp_path, g, check="alloc_churn")
+    assert "alloc_churn" not in index.get("partials", {})
+    assert got.note != FROM_INDEX and got.status == status

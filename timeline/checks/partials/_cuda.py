@@ -15,6 +15,11 @@ from ._gpu import CUDA_CATS, _arg, _Strings, fn_codes
 NOT_READY_FNS = ("cudaStreamQuery", "cudaEventQuery", "cuStreamQuery", "cuEventQuery")
 MAX_HELD = 200_000  # failed calls, graph set-up calls held (ts, dur, tid) for the nesting check
 MAX_EXECS = 100_000  # (process, graph exec handle) pairs counted
+MAX_SAMPLES = 5_000_000  # cuda.allocated_bytes samples held (for the value at a process' first OOM)
+FREES = ("cudaFree", "cuMemFree", "cuMemFree_v2")
+MALLOCS = ("cudaMalloc", "cudaMallocManaged", "cuMemAlloc", "cuMemAlloc_v2", "cuMemAllocManaged")
+ALLOC_FNS = MALLOCS + FREES + ("cudaMallocAsync", "cuMemAllocAsync", "cudaFreeAsync", "cuMemFreeAsync")
+MEM_COUNTER = ("cuda.allocated_bytes", "cuda.allocated_bytes value")
 
 
 class CudaCalls:
@@ -36,6 +41,16 @@ class CudaCalls:
         self.graph: dict[int, list] = {}  # pid -> [captures, inst, launches, setup ns, first inst, last inst end]
         self.execs: dict[tuple, int] = {}  # (pid, is_inst, exec) -> calls
         self.setup_rows: list[tuple] = []  # graph set-up calls: ts, dur, tid
+        # alloc_churn
+        self.span: dict[int, list] = {}   # pid -> [first CUDA call ts, last CUDA call end]
+        self.thread_span: dict[int, list] = {}  # tid -> [first ts, last end, first start of a call ending last]
+        self.ac: dict[int, list] = {}     # pid -> [mallocs, frees, ns inside them]
+        self.malloc_durs: dict[int, list] = {}  # pid -> malloc durations (arrays)
+        self.ac_rows: list[tuple] = []    # malloc/free/OOM calls: ts, dur, tid (the nesting check)
+        self.oom: dict[int, list] = {}    # pid -> [n, first ts, last end, first's size, first's fn, tie at first]
+        self.mem: dict[int, list] = {}    # pid -> [(ts, values) arrays] of cuda.allocated_bytes
+        self.peak: dict[int, float] = {}
+        self.samples = 0
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
         if cat not in CUDA_CATS:
@@ -61,6 +76,96 @@ class CudaCalls:
         fn = fn_codes(self.s, n, name)
         self._errors(ts, dur, tid, cats, cuda, n, fn, args)
         self._graphs(ts, dur, tid, pid, cuda, n, fn, args)
+        self._allocs(ts, dur, tid, pid, cuda, n, fn, args)
+
+    def _pids(self, tid: np.ndarray, pid, rows: np.ndarray) -> np.ndarray:
+        """The process of each of `rows` (-1: none known)."""
+        if pid is not None:
+            return np.broadcast_to(np.asarray(pid, np.int64), tid.shape)[rows]
+        uniq, inv = np.unique(tid[rows], return_inverse=True)
+        return np.array([-1 if (p := self.pid_of(t)) is None else p for t in uniq.tolist()],
+                        np.int64)[inv.reshape(-1)]
+
+    def _allocs(self, ts, dur, tid, pid, cuda, n, fn, args) -> None:
+        """alloc_churn's inputs: each process' CUDA span (_tl_ac_span) and each thread's (for the nesting
+        check), its malloc/free counts and time, malloc durations, OOM returns (_tl_ac, _tl_ac_oom)."""
+        k = np.flatnonzero(cuda)
+        end = ts + dur
+        pids = self._pids(tid, pid, k)
+        for t in np.unique(tid[k]).tolist():
+            m = k[tid[k] == t]
+            lo, hi = int(ts[m].min()), int(end[m].max())
+            so = int(ts[m][end[m] == hi].min())
+            have = self.thread_span.get(t)
+            if have is None:
+                self.thread_span[t] = [lo, hi, so]
+            else:
+                have[0] = min(have[0], lo)
+                if hi > have[1]:
+                    have[1], have[2] = hi, so
+                elif hi == have[1]:
+                    have[2] = min(have[2], so)
+        for p in np.unique(pids).tolist():
+            m = k[pids == p]
+            lo, hi = int(ts[m].min()), int(end[m].max())
+            have = self.span.setdefault(p, [lo, hi])
+            have[0], have[1] = min(have[0], lo), max(have[1], hi)
+        ac = np.isin(fn[k], [self.s.code(f) for f in ALLOC_FNS])
+        if not ac.any():
+            return
+        k, pids = k[ac], pids[ac]
+        if (pids < 0).any():
+            self.declined = "an allocation of a thread without a process"
+            return
+        if not self._hold(k.size):
+            return
+        self.ac_rows.append((ts[k], dur[k], tid[k].copy()))
+        is_malloc = np.isin(fn[k], [self.s.code(f) for f in MALLOCS])
+        is_free = np.isin(fn[k], [self.s.code(f) for f in FREES])
+        c = _arg(args, "ret")
+        ret = np.asarray(c.values).astype(np.int64)[k] if c is not None and c.kind == "int" else np.zeros(k.size, np.int64)
+        if c is not None and c.present is not None:
+            ret = np.where(np.asarray(c.present, bool)[k], ret, 0)
+        sizes = _values(_arg(args, "size"), k)
+        for p in np.unique(pids).tolist():
+            m = pids == p
+            a = self.ac.setdefault(p, [0, 0, 0])
+            a[0] += int(is_malloc[m].sum())
+            a[1] += int(is_free[m].sum())
+            a[2] += int(dur[k][m & (is_malloc | is_free)].sum())
+            if (m & is_malloc).any():
+                self.malloc_durs.setdefault(p, []).append(dur[k][m & is_malloc])
+            o = np.flatnonzero(m & (ret == 2))
+            if not o.size:
+                continue
+            rows = k[o]
+            first = int(ts[rows].min())
+            at = rows[ts[rows] == first]
+            firsts = {(sizes.get(i), self.s.strings[int(fn[i])]) for i in at.tolist()}
+            b = self.oom.get(p)
+            if b is None:
+                b = self.oom[p] = [0, first, first, None, None, False]
+            b[0] += o.size
+            b[2] = max(b[2], int(end[rows].max()))
+            if first < b[1] or b[3] is None:
+                b[1], (b[3], b[4]), b[5] = first, next(iter(firsts)), len(firsts) > 1
+            elif first == b[1]:
+                b[5] = b[5] or len(firsts | {(b[3], b[4])}) > 1
+
+    def counters(self, name, ts, values, pid=None) -> None:
+        """A process' cuda.allocated_bytes (alloc_churn's _tl_ac_mem): its peak, its samples held."""
+        if name not in MEM_COUNTER or pid is None:
+            return
+        ts = np.asarray(ts, np.int64).reshape(-1)
+        if not ts.size:
+            return
+        v = np.asarray(values, np.float64).reshape(-1)
+        self.peak[int(pid)] = max(self.peak.get(int(pid), -np.inf), float(v.max()))
+        self.samples += ts.size
+        if self.samples <= MAX_SAMPLES:
+            self.mem.setdefault(int(pid), []).append((ts, v))
+        else:
+            self.mem = {}
 
     def _hold(self, k: int) -> bool:
         self.held += k
@@ -193,6 +298,45 @@ def nested(sched, rows: list[tuple]) -> bool:
     return _nested_as_written(sched, ts, tid, dur, np.ones(ts.size, bool))
 
 
+def spans_as_written(sched, thread_span: dict) -> bool:
+    """Whether trace_processor gives each thread's CUDA calls the last end written (so _tl_ac_span's): no
+    other thread slice starting inside the thread's CUDA activity ends after its last call (it could take
+    over a call's end), none started before the outermost last call ends inside it (it would take the
+    call's end). Each call's end in trace_processor is then at most the last, and the outermost last
+    call closes at it."""
+    if sched.declined:
+        return False
+    parts = list(sched.spans)
+    if sched.launch:  # launches are not among the spans: their start and duration
+        parts.append((np.concatenate([x[1] for x in sched.launch]), np.concatenate([x[0] for x in sched.launch]),
+                      np.concatenate([x[0] for x in sched.launch]) + np.maximum(
+                          np.concatenate([x[0] for x in sched.launch_more]), 0)))
+    if not parts or not thread_span:
+        return True
+    s_tid, s_ts, s_end = (np.concatenate([np.asarray(x[i], np.int64) for x in parts]) for i in range(3))
+    tids = np.array(sorted(thread_span), np.int64)
+    lo, hi, so = (np.array([thread_span[t][j] for t in tids.tolist()], np.int64) for j in range(3))
+    at = np.searchsorted(tids, s_tid)
+    mine = (at < tids.size) & (tids[np.minimum(at, tids.size - 1)] == s_tid)
+    at = np.minimum(at, tids.size - 1)
+    after = mine & (s_ts >= lo[at]) & (s_ts <= hi[at]) & (s_end > hi[at])
+    into = mine & (s_ts < so[at]) & (s_end >= so[at]) & (s_end < hi[at])
+    return not (after | into).any()
+
+
+def at_or_before(samples: list, t: int):
+    """The value of the latest sample at or before t (None: none; False: two at that time disagree)."""
+    if not samples:
+        return None
+    ts, v = (np.concatenate(x) for x in zip(*samples))
+    m = ts <= t
+    if not m.any():
+        return None
+    last = ts[m].max()
+    vals = np.unique(v[m & (ts == last)])
+    return float(vals[0]) if vals.size == 1 else False
+
+
 def reduce(check_id: str, params: dict, rows: list) -> list[dict]:
     """The check's reduce SQL (below its @reduce line) run in SQLite on its map table's rows."""
     from ..catalog import BY_ID
@@ -205,5 +349,9 @@ def reduce(check_id: str, params: dict, rows: list) -> list[dict]:
 COLUMNS = {
     "cuda_errors": ["kind", "category", "ret", "fn", "tid", "thread", "calls", "first_ts", "last_end", "with_ret",
                     "not_ready"],
+    "alloc_churn": {"_tl_ac": ["upid", "ts", "span", "mallocs", "frees", "inside", "p50", "p99"],
+                    "_tl_ac_oom": ["upid", "n", "first_ts", "dur", "size", "fn"],
+                    "_tl_ac_mem": ["upid", "peak", "at_oom"],
+                    "_tl_pname": ["upid", "pid", "name"]},
     "cuda_graphs": ["kind", "pid", "name", "captures", "inst", "launches", "setup", "first_inst", "last_inst", "exec"],
 }
