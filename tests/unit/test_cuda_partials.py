@@ -164,10 +164,10 @@ def test_alloc_churn(tmp_path, case):
     assert ("error" in {f.severity for f in want}) == (case == "oom")
 
 
-@pytest.mark.parametrize("where", [(50_010, 58_000), (7_100, 8_500)])
+@pytest.mark.parametrize("where", [(50_010, 58_000), (7_100, 8_500), (5_600, 5_900)])
 def test_alloc_churn_declines_where_a_slice_crosses_a_call(tmp_path, where):
     """An NVTX range starting inside the process' last CUDA call and ending after it (trace_processor makes
-    the call end with it: another CUDA span), or starting inside a cudaMalloc and ending after it: no
+    the call end with it: another CUDA span), or starting inside a cudaMalloc or cudaFree and ending after it: no
     partial, the SQL runs."""
     g = alloc_log("churn")
     g.nvtx((10, "step"), us(where[0]), us(where[1]))

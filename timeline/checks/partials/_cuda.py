@@ -2,9 +2,11 @@
 slices of the categories cuda, cuda_driver and nccl), read from the converter's slice batches once, for
 the whole recording (no call is cut at a chunk boundary here, so each is counted once, where it began).
 
-Held: per-key counts, first starts and last ends, accumulated as batches come; the few calls whose
-duration the checks print (failed calls), for checking that trace_processor gives them the duration
-the converter wrote (`nested` with _sched.py's thread spans).
+Held: per-key counts, sums, first starts and last ends, accumulated as batches come; the calls whose
+duration the checks print (failed calls, graph set-up calls, malloc/free/OOM calls: MAX_HELD in all, as
+ts, dur, tid) for checking that trace_processor gives them the duration the converter wrote (`nested`,
+with _sched.py's spans of every thread slice); the malloc durations (alloc_churn's percentiles); the
+cuda.allocated_bytes samples (the value at a process' first OOM; MAX_SAMPLES).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 from ._gpu import CUDA_CATS, _arg, _Strings, fn_codes
 
 NOT_READY_FNS = ("cudaStreamQuery", "cudaEventQuery", "cuStreamQuery", "cuEventQuery")
-MAX_HELD = 200_000  # failed calls, graph set-up calls held (ts, dur, tid) for the nesting check
+MAX_HELD = 1_000_000  # failed calls, graph set-up calls held (ts, dur, tid) for the nesting check
 MAX_EXECS = 100_000  # (process, graph exec handle) pairs counted
 MAX_SAMPLES = 5_000_000  # cuda.allocated_bytes samples held (for the value at a process' first OOM)
 FREES = ("cudaFree", "cuMemFree", "cuMemFree_v2")
@@ -117,15 +119,16 @@ class CudaCalls:
         if (pids < 0).any():
             self.declined = "an allocation of a thread without a process"
             return
-        if not self._hold(k.size):
-            return
-        self.ac_rows.append((ts[k], dur[k], tid[k].copy()))
         is_malloc = np.isin(fn[k], [self.s.code(f) for f in MALLOCS])
         is_free = np.isin(fn[k], [self.s.code(f) for f in FREES])
         c = _arg(args, "ret")
         ret = np.asarray(c.values).astype(np.int64)[k] if c is not None and c.kind == "int" else np.zeros(k.size, np.int64)
         if c is not None and c.present is not None:
             ret = np.where(np.asarray(c.present, bool)[k], ret, 0)
+        timed = k[is_malloc | is_free | (ret == 2)]  # the calls whose durations the check prints (not the async ones)
+        if not self._hold(timed.size):
+            return
+        self.ac_rows.append((ts[timed], dur[timed], tid[timed].copy()))
         sizes = _values(_arg(args, "size"), k)
         for p in np.unique(pids).tolist():
             m = pids == p
