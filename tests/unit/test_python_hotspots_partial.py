@@ -34,6 +34,7 @@ FRAMES = [[0, "inner", "/w/train.py", 12], [1, "step", "/w/train.py", 57], [2, "
 STACKS = {0xA: [0, 1, 2, 3], 0xB: [4, 2, 3], 0xC: [7, 1, 1, 2, 3], 0xD: [5, 2, 3], 0xE: [6, 2, 3], 0xF: [1, 2, 3]}
 LOST = 0x99  # a stack id the log never describes: '<Python stack lost>'
 NO_FRAME, FAULT = (0, PY.PYF_NO_FRAME), (0, PY.PYF_FAULT)
+CALL = -1  # (flags) a stack taken at a call rather than a wait
 # one cycle of the main thread's samples: inner 9 (line 12) + 4 (13) + 2 (30), load 5, helper 3, step 1,
 # buckets: no frame 2, unreadable 1, lost 1
 CYCLE = ([(0xA, 0)] * 9 + [(0xB, 0)] * 5 + [(0xC, 0)] * 4 + [(0xD, 0)] * 2 + [(0xE, 0)] * 3 + [(0xF, 0)]
@@ -64,14 +65,15 @@ def hotspot_log(main=CYCLE * 12, worker=CYCLE * 3, sample_hz=99, edges=True, wit
             lo, hi = STEADY
             rows += [(lo + 100, 0xF, 0, TID), (lo + 500, 0xF, 0, TID), (hi + 100, 0xB, 0, TID),
                      (hi - 1000 + 200, 0xB, 0, TID)] if sample_hz else [
-                # waits (1 us slices on the thread) clear of the launch calls: one begun at a call's end
-                # would end it later to trace_processor (the steady state with it)
-                (lo - 3000, 0xF, 0, TID), (lo + 6000, 0xF, 0, TID), (hi - 7000, 0xB, 0, TID), (hi + 1, 0xB, 0, TID)]
+                # stacks at calls of no known function (no slice): exact times, right at both ends
+                (lo - 1, 0xF, CALL, TID), (lo, 0xF, CALL, TID), (hi, 0xB, CALL, TID), (hi + 1, 0xB, CALL, TID)]
         rows.sort()
         a = np.zeros(len(rows), PY.PY_EVENT)
         for k, (t, sid, flags, tid) in enumerate(rows):
-            a[k] = (t, 0 if sample_hz else 1000, sid, tid, PID, 0, 0, PY.PY_SAMPLE if sample_hz else PY.PY_WAIT,
-                    flags)
+            kind = PY.PY_SAMPLE if sample_hz else PY.PY_WAIT
+            if flags == CALL:
+                kind, flags = PY.PY_CALL, 0
+            a[k] = (t, 0 if sample_hz else 1000, sid, tid, PID, 250 if kind == PY.PY_CALL else 0, 0, kind, flags)
         b.header["rings"][str(PY.RING_PYSTACK)] = {"name": "pystack", "record_size": PY.PY_EVENT.itemsize,
                                                    "stride": ev.ring_stride(PY.PY_EVENT)}
         for i in range(0, a.size, 64):  # several batches

@@ -14,7 +14,8 @@ chunk's part is empty. Bounded: MAX_FUNCS + 3 short rows.
 A timer sample's time is what trace_processor makes of the StreamingProfilePacket: microseconds of
 CLOCK_MONOTONIC (floored), turned back into BOOTTIME with the header's offset.
 
-No partial (the SQL runs) where the main thread or steady state is not certain (_sched.py), more than
+No partial (the SQL runs) without any stack sample (the SQL says "not recorded"), where the main
+thread or steady state is not certain (_sched.py), more than
 MAX_SAMPLES samples, the end clock snapshot moves MONOTONIC against BOOTTIME (trace_processor would
 convert some timer samples with another offset), a sample of the main thread with an empty stack, a
 frame name the SQL's parsing does not cut into a plain line number, or one trace_processor would
