@@ -3,7 +3,7 @@
 Its inputs: the pystack family's samples (`stack_samples`: Perfetto's cpu_profile_stack_sample for
 timer samples, perf_sample for the stacks at calls and waits), the main thread and the steady state
 (_sched.py's tl_main_thread and tl_steady). Both picks are known only at the end of the conversion, so
-the collector holds each sample's trace time, thread and callstack index (12 bytes a sample; above
+the collector holds each sample's trace time, thread and callstack index (16 bytes a sample; above
 MAX_SAMPLES no partial) and works it all out at the end, per distinct callstack: each frame named
 "function (file:line)" as the sink names it and cut into fn/file/line by the SQL's own string rules;
 self from the leaf, total once per sample for every distinct (fn, file) on the stack, the hottest line
@@ -36,7 +36,7 @@ from ._sched import SchedColumns
 
 CHECK = "python_hotspots"
 VERSION = 1
-MAX_SAMPLES = 4_000_000      # samples held until the end (12 bytes each)
+MAX_SAMPLES = 4_000_000      # samples held until the end (16 bytes each: 64 MiB at most)
 MAX_FUNCS = 1_000            # functions listed in the set part, by self
 MAX_THREAD_SEQUENCES = 60_000  # perfetto/stacks.py: above, timer samples go out as PerfSample (exact ns)
 BUCKET_TEXT = {NO_FRAME: "no Python frame (interpreter start-up or shutdown, or C code entered without one)",
