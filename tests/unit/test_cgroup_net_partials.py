@@ -1,0 +1,114 @@
+"""cgroup_limits', net_throughput's and net_retransmits' partials (timeline/checks/partials) give
+the findings their SQL gives on the same synthetic raw log converted as one trace; the set's
+come from its index (FROM_INDEX). The SQL through the wasm trace_processor."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rawlog_factory import BOOT0, LogBuilder, end_block
+from timeline import events as ev
+from timeline.checks import run_checks
+from timeline.checks.traceset import FROM_INDEX, check_set
+from timeline.converters import convert
+from timeline.converters.trace_set import SplitSpec
+from timeline.identity import invoking_user
+from timeline.memory import cgroup_records as CG
+from timeline.trace_processor import TraceProcessorConfig, open_trace
+
+PID, TID = 1000, 1000
+SPAN_MS = 1000
+
+
+def ms(t: float) -> int:
+    return BOOT0 + int(round(t * 1e6))
+
+
+def base_log() -> LogBuilder:
+    b = LogBuilder(ncpu=2, target_pid=PID)
+    b.procs(ms(0), [{"pid": PID, "ppid": 1, "comm": "python3", "cmdline": ["python3", "train.py"],
+                     "threads": [{"tid": TID, "comm": "python3"}]}])
+    b.switch(ms(0), 0, 5, TID, prev_tracked=False)
+    b.switch(ms(SPAN_MS), 0, TID, 5, prev_state=1, next_tracked=False)
+    b.flush()
+    return b
+
+
+def cgroup_log(samples: dict, names=None) -> LogBuilder:
+    """samples: {cgroup index: [(ms, {counter name: raw value})]} as the sampler reads them."""
+    b = base_log()
+    b.header["rings"][str(CG.RING_CGROUP)] = {"name": "cgroup", "record_size": CG.CGROUP_SAMPLE_EVENT.itemsize,
+                                              "stride": ev.ring_stride(CG.CGROUP_SAMPLE_EVENT)}
+    b.blocks.append(("meta", {"type": "cgroup_names", "ts": ms(0),
+                              "cgroups": {str(i): (names or {}).get(i, f"/job{i}") for i in samples}}))
+    rows = [(ms(t), v, cg, CG.COUNTER_IDS[k]) for cg, pts in samples.items() for t, vals in pts
+            for k, v in vals.items()]
+    rows.sort()
+    r = np.zeros(len(rows), CG.CGROUP_SAMPLE_EVENT)
+    for i, (ts, v, cg, c) in enumerate(rows):
+        r[i] = (ts, v, cg, c, CG.CGROUP_SAMPLE, 0)
+    for i in range(0, r.size, 7):
+        b.blocks.append(("ring", (CG.RING_CGROUP, ev.encode_ring_bytes(r[i:i + 7]))))
+    return b
+
+
+def both_ways(tmp_path, b: LogBuilder, check: str, split_ms: float = 100, stop_ms: float = SPAN_MS + 1):
+    raw = b.write(str(tmp_path / "run.tlraw"), end=end_block(stop_ts=ms(stop_ms)))
+    one = str(tmp_path / "one.pftrace")
+    convert(raw, one)
+    res = convert(raw, str(tmp_path / "set.pftrace"), split=SplitSpec(duration_ns=int(split_ms * 1e6)))
+    with open(f"{res.out_path}/index.json") as f:
+        index = json.load(f)
+    with open_trace(one, engine="wasm") as tp:
+        r = next(x for x in run_checks(tp, one, only=[check]).results)
+    got = check_set(res.out_path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[check],
+                    workers=1).results[0]
+    return (r.status, r.findings), got, index
+
+
+def throttled(cg, periods_per_s, share, t0=0, t1=SPAN_MS, step=50, extra=None):
+    """A cgroup's samples every `step` ms: `share` of its periods throttled, 1 ms each."""
+    out = []
+    for t in range(t0, t1 + 1, step):
+        p = int(periods_per_s * t / 1000)
+        vals = {"cpu.nr_periods": 1000 + p, "cpu.nr_throttled": 10 + int(p * share),
+                "cpu.throttled_usec": 5000 + int(p * share) * 1000}
+        vals.update((extra or {}).get(t, {}))
+        out.append((t, vals))
+    return {cg: out}
+
+
+CGROUP_CASES = {
+    "throttled": lambda: {**throttled(1, 1000, 0.5), **throttled(2, 1000, 0.1, t0=120, t1=870)},
+    "memory": lambda: throttled(3, 1000, 0.0, extra={
+        t: {"memory.events.high": 2 + max(0, t - 300) // 50, "memory.events.max": 1 + (t >= 610),
+            "memory.events.oom_kill": (t >= 900)} for t in range(0, SPAN_MS + 1, 50)}),
+    "v1": lambda: {4: [(t, {"memory.failcnt": 7 + t // 100, "memory.oom_kill": 0}) for t in range(5, 990, 45)]},
+    "nothing": lambda: throttled(5, 1000, 0.0),
+    # the cgroup removed and made anew: its counts fall back (the largest is the finding)
+    "reset": lambda: {6: [(t, {"memory.events.max": 3 + (t // 40 if t < 500 else t // 200)}) for t in range(0, 990, 40)]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CGROUP_CASES))
+def test_cgroup_limits_partial_gives_the_sql_findings(tmp_path, case):
+    """Counters crossing ~10 chunk boundaries; throttling, memory events (v2, v1), a reset, none."""
+    want, got, index = both_ways(tmp_path, cgroup_log(CGROUP_CASES[case]()), "cgroup_limits")
+    assert len(index["chunks"]) > 5 and "cgroup_limits" in index["partials"]
+    assert got.note == FROM_INDEX and (got.status, got.findings) == want
+    assert want[1] or case == "nothing"
+
+
+def test_cgroup_limits_declines_where_the_span_is_not_certain(tmp_path):
+    """The log ends 8 ms after its last event: 1.00 s or 1.01 s, the SQL decides (and still agrees)."""
+    want, got, index = both_ways(tmp_path, cgroup_log(throttled(1, 1000, 0.5)), "cgroup_limits", stop_ms=SPAN_MS + 8)
+    assert "cgroup_limits" in index["partials"]
+    assert got.note != FROM_INDEX and (got.status, got.findings) == want
+
+
+def test_cgroup_limits_memory_only_needs_no_span(tmp_path):
+    """No throttling row prints the span: from the index whatever the log's end."""
+    want, got, _ = both_ways(tmp_path, cgroup_log(CGROUP_CASES["v1"]()), "cgroup_limits", stop_ms=SPAN_MS + 8)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == want and want[1]
