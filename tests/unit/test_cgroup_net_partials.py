@@ -16,6 +16,7 @@ from timeline.converters import convert
 from timeline.converters.trace_set import SplitSpec
 from timeline.identity import invoking_user
 from timeline.memory import cgroup_records as CG
+from timeline.net import records as NR
 from timeline.trace_processor import TraceProcessorConfig, open_trace
 
 PID, TID = 1000, 1000
@@ -112,3 +113,65 @@ def test_cgroup_limits_memory_only_needs_no_span(tmp_path):
     """No throttling row prints the span: from the index whatever the log's end."""
     want, got, _ = both_ways(tmp_path, cgroup_log(CGROUP_CASES["v1"]()), "cgroup_limits", stop_ms=SPAN_MS + 8)
     assert got.note == FROM_INDEX and (got.status, got.findings) == want and want[1]
+
+
+# -- net_throughput ---------------------------------------------------------------------------
+
+PEER_PID = 2000
+
+
+def net_log(conns) -> LogBuilder:
+    """conns: [(tgid, tid, (local ip, port), (peer ip, port), [(ms, tx bytes, rx bytes)])]: NET_IO records."""
+    b = base_log()
+    b.procs(ms(0), [{"pid": PEER_PID, "ppid": 1, "comm": "python3", "cmdline": ["python3", "peer.py"],
+                     "threads": [{"tid": PEER_PID, "comm": "python3"}]}])
+    b.header["rings"][str(NR.RING_NET)] = {"name": "net", "record_size": NR.NET_EVENT.itemsize,
+                                           "stride": ev.ring_stride(NR.NET_EVENT)}
+    recs = []
+    for tgid, tid, (lip, lport), (pip, pport), io in conns:
+        for t, tx, rx in io:
+            r = np.zeros(1, NR.NET_EVENT)
+            r["kind"], r["ts"], r["end_ts"], r["tid"], r["tgid"] = NR.NET_IO, ms(t), ms(t), tid, tgid
+            r["family"], r["sport"], r["dport"], r["tx_bytes"], r["rx_bytes"] = 2, lport, pport, tx, rx
+            r["saddr"][0, :4], r["daddr"][0, :4] = lip, pip
+            recs.append(r)
+    a = np.concatenate(recs)
+    a = a[np.argsort(a["ts"], kind="stable")]
+    for i in range(0, a.size, 11):
+        b.blocks.append(("ring", (NR.RING_NET, ev.encode_ring_bytes(a[i:i + 11]))))
+    return b
+
+
+A, B, C = ((10, 0, 0, 1), 41000), ((10, 0, 0, 2), 29500), ((10, 0, 0, 3), 29500)
+MIB = 1 << 20
+
+
+def burst(t0, t1, step, nbytes, rx=False):
+    return [(t, 0, nbytes) if rx else (t, nbytes, 0) for t in np.arange(t0, t1, step).tolist()]
+
+
+NET_CASES = {
+    # A sends to B (B's receiving end recorded: its row counts, A's sent row not), and to C (no
+    # receiving end: its sent row counts) slower (a warning), in bursts across chunks
+    "slow_peer": lambda: [(PID, TID, A, B, burst(5, 905, 3.3, 400_000)),
+                          (PEER_PID, PEER_PID, B, A, burst(6, 906, 3.3, 400_000, rx=True)),
+                          (PID, TID + 0, ((10, 0, 0, 1), 41001), C, burst(100, 700, 7, 123_457) +
+                           burst(750, 990, 10, 654_321))],
+    "even": lambda: [(PID, TID, A, B, burst(5, 905, 4, 300_000)),
+                     (PID, TID, ((10, 0, 0, 1), 41001), C, burst(50, 950, 4, 280_000))],
+    "small": lambda: [(PID, TID, A, B, burst(5, 305, 40, 2000))],
+}
+
+
+@pytest.mark.parametrize("case", sorted(NET_CASES))
+def test_net_throughput_partial_gives_the_sql_findings(tmp_path, case):
+    want, got, index = both_ways(tmp_path, net_log(NET_CASES[case]()), "net_throughput")
+    assert len(index["chunks"]) > 5 and "net_throughput" in index["partials"]
+    assert got.note == FROM_INDEX and (got.status, got.findings) == want and want[1]
+
+
+def test_net_throughput_past_its_cap_runs_the_sql(tmp_path, monkeypatch):
+    from timeline.checks.partials import net_throughput
+    monkeypatch.setattr(net_throughput, "MAX_SAMPLES", 50)
+    want, got, index = both_ways(tmp_path, net_log(NET_CASES["slow_peer"]()), "net_throughput")
+    assert "net_throughput" not in index.get("partials", {}) and got.note != FROM_INDEX
