@@ -175,3 +175,40 @@ def test_net_throughput_past_its_cap_runs_the_sql(tmp_path, monkeypatch):
     monkeypatch.setattr(net_throughput, "MAX_SAMPLES", 50)
     want, got, index = both_ways(tmp_path, net_log(NET_CASES["slow_peer"]()), "net_throughput")
     assert "net_throughput" not in index.get("partials", {}) and got.note != FROM_INDEX
+
+
+# -- net_retransmits --------------------------------------------------------------------------
+
+def with_retransmits(conns, rx):
+    """net_log(conns) plus NET_RETRANSMIT records rx: [(ms, tid, tgid, ca_state)] on A ↔ B."""
+    b = net_log(conns)
+    r = np.zeros(len(rx), NR.NET_EVENT)
+    for i, (t, tid, tgid, ca) in enumerate(rx):
+        r[i]["kind"], r[i]["ts"], r[i]["tid"], r[i]["tgid"], r[i]["oldstate"] = NR.NET_RETRANSMIT, ms(t), tid, tgid, ca
+        r[i]["newstate"], r[i]["srtt_us"], r[i]["family"], r[i]["sport"], r[i]["dport"] = 1, 1234, 2, A[1], B[1]
+        r[i]["saddr"][:4], r[i]["daddr"][:4] = A[0], B[0]
+    for i in range(0, r.size, 3):
+        b.blocks.append(("ring", (NR.RING_NET, ev.encode_ring_bytes(r[i:i + 3]))))
+    return b
+
+
+RX_CASES = {
+    # tail loss probes (ca open/disorder/cwr) across chunks, one on tid 0 (a timer in softirq)
+    "probes": [(50, TID, PID, 0), (150.5, TID, PID, 1), (420, 0, 0, 2), (777, PEER_PID, PEER_PID, 0)],
+    "none": [],
+}
+
+
+@pytest.mark.parametrize("case", sorted(RX_CASES))
+def test_net_retransmits_partial_gives_the_sql_findings(tmp_path, case):
+    b = with_retransmits(NET_CASES["even"](), RX_CASES[case])
+    want, got, index = both_ways(tmp_path, b, "net_retransmits")
+    assert len(index["chunks"]) > 5 and "net_retransmits" in index["partials"]
+    assert got.note == FROM_INDEX and (got.status, got.findings) == want and want[1]
+
+
+def test_net_retransmits_after_a_loss_runs_the_sql(tmp_path):
+    b = with_retransmits(NET_CASES["even"](), RX_CASES["probes"] + [(600, TID, PID, 3)])
+    want, got, index = both_ways(tmp_path, b, "net_retransmits")
+    assert "net_retransmits" not in index.get("partials", {}) and got.note != FROM_INDEX
+    assert want[0] != "ok"
