@@ -8,9 +8,10 @@ so the numbers are printed by the same printf. Bounded: one row per cgroup count
 
 The bounds (trace_bounds of the one trace: its first and last event of any kind) only print in the
 throttling finding, as a duration with 2 decimals. They are not known exactly here: the set part
-holds an interval for each end (the log's first record .. the earliest event seen; the latest
-event start seen .. the log's end), and merge answers only where the shortest and the longest
-duration print the same rows. No partial (the SQL runs) otherwise, with more than MAX_TRACKS cgroup
+holds an interval for each end (the log's first record or an earlier event seen .. the earliest
+event seen; the latest event start seen .. the log's end or a later event end seen: events the
+converter writes past the collectors, were there any, would have to lie inside the log's span),
+and merge answers only where the shortest and the longest duration print the same rows. No partial (the SQL runs) otherwise, with more than MAX_TRACKS cgroup
 tracks, or without a sched tap to bound the start.
 """
 from __future__ import annotations
@@ -39,29 +40,42 @@ class CgroupTracks:
         self.tracks: dict = {}   # (kind, owner, name) -> [mx, first positive ts or None]
         self.first = None        # earliest ts of any event seen
         self.last = None         # latest event start seen
+        self.end = None          # latest event end seen (ts + dur)
         self.model = None
         self.log_start = None
 
-    def _extent(self, ts) -> None:
+    def _extent(self, ts, dur=None) -> None:
         if len(ts):
             lo, hi = int(np.min(ts)), int(np.max(ts))
+            end = hi if dur is None else int(np.max(ts + np.maximum(dur, 0)))
             self.first = lo if self.first is None else min(self.first, lo)
             self.last = hi if self.last is None else max(self.last, hi)
+            self.end = end if self.end is None else max(self.end, end)
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None):
-        self._extent(np.asarray(ts))
+        self._extent(np.asarray(ts, np.int64), np.asarray(dur, np.int64))
+
+    def _one(self, ts, dur=0) -> None:  # one event: no array
+        ts = int(ts)
+        end = ts + max(int(dur), 0)
+        self.first = ts if self.first is None or ts < self.first else self.first
+        self.last = ts if self.last is None or ts > self.last else self.last
+        self.end = end if self.end is None or end > self.end else self.end
 
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
-        self._extent(np.array([ts]))
+        self._one(ts, dur)
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None):
-        self._extent(np.asarray(ts))
+        self._extent(np.asarray(ts, np.int64), np.asarray(dur, np.int64))
 
     def async_slice(self, track, ts, dur, name, cat, args=None):
-        self._extent(np.array([ts]))
+        self._one(ts, dur)
+
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False):
+        self._extent(np.asarray(ts, np.int64))
 
     def instant(self, ts, tid, pid, name, cat, args=None):
-        self._extent(np.array([ts]))
+        self._one(ts)
 
     def counters(self, name, ts, values, pid=None):
         self._add(("counter", pid, str(name)), ts, values)
@@ -99,10 +113,12 @@ def part(cols, starts) -> dict | None:
     bounds = sched.start_bounds()
     if bounds is None or tracks.first is None:
         return None
-    s_lo, s_hi = bounds[0], min(bounds[1], tracks.first)
-    e_lo, e_hi = tracks.last, tracks.model.end_ts()
-    if sched.sched_slices() is not None and sched.sched_slices()["ts"].size:
-        e_lo = max(e_lo, int(sched.sched_slices()["ts"].max()))
+    # every event seen lies inside the outer bounds; the inner ones are events the trace holds
+    s_lo, s_hi = min(bounds[0], tracks.first), min(bounds[1], tracks.first)
+    e_lo, e_hi = tracks.last, max(tracks.model.end_ts(), tracks.end)
+    sw = sched.sched_slices()["ts"]
+    if sw.size:
+        e_lo, e_hi = max(e_lo, int(sw.max())), max(e_hi, int(sw.max()))
     if not (s_lo <= s_hi <= e_lo <= e_hi):
         return None
     rows = []
