@@ -96,12 +96,12 @@ def both(tmp_path, g: BlockLog, split_ms=100):
     res = convert(raw, str(tmp_path / "set.pftrace"), split=SplitSpec(duration_ns=int(split_ms * 1e6)))
     with open(f"{res.out_path}/index.json") as f:
         index = json.load(f)
-    return sql_findings(one, CHECK), set_result(res.out_path, CHECK), index
+    return sql_findings(one, CHECK), set_result(res.out_path, CHECK), index, res.out_path
 
 
 @pytest.mark.parametrize("case", ["slow", "error", "many", "none"])
 def test_partial_gives_the_sql_findings(tmp_path, case):
-    (status, want), got, index = both(tmp_path, scenario(case))
+    (status, want), got, index, _ = both(tmp_path, scenario(case))
     assert CHECK in index.get("partials", {}) and len(index["chunks"]) >= 10
     assert got.note == FROM_INDEX
     assert (got.status, got.findings) == (status, want)
@@ -118,3 +118,24 @@ def test_partial_gives_the_sql_findings(tmp_path, case):
         assert any("device 259:0: 5,040 requests" in t for t in text), text
         lat = {(r[1], r[2] is None) for r in index["partials"][CHECK]["rows"] if r[0] == "lat"}
         assert lat == {("259:0", True), ("8:0", False)}  # nvme past the exact sketch: buckets
+
+
+def test_other_parameters_run_the_sql(tmp_path):
+    """The partial is made with the default thresholds: others go through trace_processor per chunk."""
+    from test_check_partials import TraceProcessorConfig, check_set, invoking_user
+
+    _, got, _, path = both(tmp_path, scenario("slow"), split_ms=300)
+    assert got.note == FROM_INDEX
+    other = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1,
+                      params={CHECK: {"p99_warn_ms": 20}}).results[0]
+    assert other.note != FROM_INDEX and other.status == "warning"
+
+
+def test_no_partial_for_an_unnamed_slow_issuer(tmp_path):
+    """A slow request issued by a thread the converter does not know: the SQL names it from the
+    trace's thread table, which the partial does not model: it declines and the SQL decides."""
+    g = scenario("none")
+    g.req(500_000, 80_000, tid=4242)
+    (status, want), got, index, _ = both(tmp_path, g, split_ms=300)
+    assert CHECK not in index.get("partials", {})
+    assert got.note != FROM_INDEX and (got.status, got.findings) == (status, want)
