@@ -70,7 +70,7 @@ def scenario(case: str) -> MemLog:
     g = MemLog()
     if case != "none":
         for i in range(40):
-            g.stall(M.MEM_DIRECT_RECLAIM, 98_500 + i * 25_000, 3000 + 7 * i, WORKER, majflt=10 + i)
+            g.stall(M.MEM_DIRECT_RECLAIM, 98_500 + i * 25_000, 3000 + 7 * (i * 13 % 40), WORKER, majflt=10 + i)
         for i in range(6):
             g.stall(M.MEM_MEMCG_RECLAIM, 150_000 + i * 170_000, 168_000, TID, majflt=5)  # one thread's: never overlapping
         g.stall(M.MEM_COMPACTION, 610_000, 800, OTHER, tgid=OTHER)
@@ -108,3 +108,24 @@ def test_partial_gives_the_sql_findings(tmp_path, case):
     if case == "oom":
         assert any("the OOM killer killed pt_data_worker (pid 2000) of this job" in t for t in text), text
         assert any("killed chrome (pid 5555), a process outside this job" in t for t in text), text
+
+
+def test_other_parameters_run_the_sql(tmp_path):
+    """The partial is checked with the default thresholds: others go through trace_processor per chunk."""
+    from test_check_partials import TraceProcessorConfig, check_set, invoking_user
+
+    _, got, _, path = both(tmp_path, scenario("stalls"), split_ms=300)
+    assert got.note == FROM_INDEX
+    other = check_set(path, TraceProcessorConfig(engine="wasm"), invoking_user(), ids=[CHECK], workers=1,
+                      params={CHECK: {"warn_ms": 1, "error_ms": 5000}}).results[0]
+    assert other.note != FROM_INDEX and other.status == "warning"
+
+
+def test_no_partial_for_a_thread_the_converter_does_not_know(tmp_path):
+    """A stall of a thread in no process the log names: the SQL prints what the trace's thread and
+    process tables hold, which the partial does not model: it declines and the SQL decides."""
+    g = scenario("none")
+    g.stall(M.MEM_DIRECT_RECLAIM, 500_000, 2000, 7777, tgid=7777)
+    (status, want), got, index, _ = both(tmp_path, g, split_ms=300)
+    assert CHECK not in index.get("partials", {})
+    assert got.note != FROM_INDEX and (got.status, got.findings) == (status, want)
