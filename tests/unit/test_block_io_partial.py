@@ -139,3 +139,18 @@ def test_no_partial_for_an_unnamed_slow_issuer(tmp_path):
     (status, want), got, index, _ = both(tmp_path, g, split_ms=300)
     assert CHECK not in index.get("partials", {})
     assert got.note != FROM_INDEX and (got.status, got.findings) == (status, want)
+
+
+def test_no_partial_where_the_sched_columns_decline(tmp_path, monkeypatch):
+    """Over _sched.py's row cap it holds no switch: the D sleep is then unknown, not none."""
+    from timeline.checks.partials import _sched
+
+    monkeypatch.setattr(_sched, "MAX_ROWS", 3)
+    (status, want), got, index, _ = both(tmp_path, scenario("slow"), split_ms=300)
+    assert CHECK not in index.get("partials", {})
+    assert got.note != FROM_INDEX
+    # Per chunk the SQL loses a D sleep across a boundary (open at one chunk's end: dur -1, dropped; the
+    # next chunk has no row for it): the worker's 250 ms are missing there, which the partial keeps
+    d_line = [f.message for f in want if "uninterruptible" in f.message]
+    assert "worker (tid 1001) 0.25 s" in d_line[0] and not any("worker (tid 1001) 0.25 s" in f.message
+                                                                for f in got.findings)

@@ -146,6 +146,8 @@ def part(collectors, starts) -> dict | None:
 def _d_sleep(sched: SchedColumns):
     """The map's 'D' rows that can matter (a thread's D time of >= 1 ms: the reduce drops the rest),
     or None: not certain."""
+    if sched.declined:
+        return None  # over its row cap (it then holds no switches: not "none")
     if not sched.sw:
         return []  # no switches: no thread_state rows
     cols = sched._columns()
