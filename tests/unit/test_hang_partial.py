@@ -83,3 +83,14 @@ def test_per_chunk_the_sql_sees_each_chunks_end(tmp_path):
     assert per_chunk.note == NOT_MERGED and got.note == FROM_INDEX
     assert [f.message for f in per_chunk.findings] != [f.message for f in want]
     assert not any("(D)" in f.message for f in per_chunk.findings) and any("(D)" in f.message for f in want)
+
+
+def test_no_partial_where_the_sched_columns_decline(tmp_path, monkeypatch):
+    """Over _sched.py's row cap its switches are let go: that must not read as "no thread asleep" (the
+    partial would say ok where the SQL finds the stuck threads): no partial, the SQL runs."""
+    from timeline.checks.partials import _sched
+
+    monkeypatch.setattr(_sched, "MAX_ROWS", 3)
+    want, got, index, _ = both(tmp_path, HangLog())
+    assert CHECK not in index.get("partials", {}) and got.note != FROM_INDEX
+    assert want[0] == "error"

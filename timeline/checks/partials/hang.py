@@ -95,9 +95,11 @@ def part(collectors, starts) -> dict | None:
         return None
     p = BY_ID[CHECK].defaults()
     stuck = int(p["min_stuck_s"] * 1e9)
+    if sched.declined:
+        return None  # over its row cap (its rows are let go: "no switch" would read as no thread at all)
     cols = sched._columns() if sched.sw else None
     if sched.sw and cols is None:
-        return None  # declined (over its row cap)
+        return None
     tids = set()
     if cols is not None:
         sw, wk, fk = cols
