@@ -98,3 +98,99 @@ def test_rank_imbalance_two_processes_one_rank_declines(tmp_path):
     assert CHECK not in index.get("partials", {})
     got = set_result(set_dir, CHECK)
     assert got.note != FROM_INDEX
+
+
+STRAGGLER = "rank_straggler"
+
+
+def sync_log(path, n, rounds, plan, ranks=None) -> str:
+    """n ranked processes (pid 1000, 2000, ...; main thread on CPU i) in synchronous rounds: each
+    computes plan(k, i) (segments ("run" | "R+" | "D" | "S", us): running, preempted, in disk wait,
+    a short sleep), then sleeps (S) until the slowest is done, 0.3 ms more; woken, runnable a
+    moment, next round. ranks: pid -> rank (default 0, 1, ...)."""
+    pids = [1000 * (i + 1) for i in range(n)]
+    ranks = {p: i for i, p in enumerate(pids)} if ranks is None else ranks
+    b = LogBuilder(ncpu=n)
+    b.procs(T(1), [{"pid": p, "ppid": 1, "comm": "python3", "cmdline": ["python3", "train.py"],
+                    "threads": [{"tid": p, "comm": "python3"}]} for p in pids])
+    b.blocks.append(("meta", {"type": "ranks", "ts": T(2), "processes": [
+        {"pid": p, "rank": r} for p, r in ranks.items() if r is not None]}))
+    t = [T(10) + 3 * i for i in range(n)]
+    for i, p in enumerate(pids):
+        b.switch(t[i], i, 0, p, prev_tracked=False)  # dropped by trace_processor
+        t[i] += 100_000
+        b.switch(t[i], i, 0, p, prev_tracked=False)
+    for k in range(rounds):
+        for i, p in enumerate(pids):
+            for what, us in plan(k, i):
+                ns = us * 1000 + 11 * k + i
+                if what == "run":
+                    t[i] += ns
+                    continue
+                b.switch(t[i], i, p, 0, prev_state={"R+": 0x100, "D": 2, "S": 1}[what], next_tracked=False)
+                t[i] += ns
+                if what != "R+":
+                    b.waking(t[i], i, 0, p, i)
+                    t[i] += 20_000
+                b.switch(t[i], i, 0, p, prev_tracked=False)
+            b.switch(t[i], i, p, 0, prev_state=1, next_tracked=False)
+        end = max(t) + 300_000
+        for i, p in enumerate(pids):
+            b.waking(end + 7_000 * i, i, 0, p, i)
+            t[i] = end + 50_000 + 10_000 * i
+            b.switch(t[i], i, 0, p, prev_tracked=False)
+        b.flush()
+    return b.write(path, end_block(stop_ts=max(t) + 500_000))
+
+
+def _straggle(k, i):
+    # rank 2 computes longest in most rounds (with a preemption and a disk wait); in every fifth
+    # round rank 1 does
+    if (i == 2) != (k % 5 == 4 and i in (1, 2)):
+        return [("run", 3000 + 97 * (k % 4)), ("R+", 400), ("run", 500), ("D", 700), ("run", 300)]
+    return [("run", 1500 + 53 * ((k + i) % 3)), ("S", 200), ("run", 200)]
+
+
+def _rotate(k, i):
+    # the slowest rank changes every round: no straggler
+    return [("run", 3000 if k % 3 == i else 1600 + 40 * i)]
+
+
+def _second(k, i):
+    return [("run", 3500 + 31 * k if i == 1 else 1500)]
+
+
+PLANS = {"straggler": (3, 15, _straggle), "rotating": (3, 15, _rotate), "two_ranks": (2, 8, _second),
+         "few_rounds": (3, 2, _straggle)}
+
+
+@pytest.mark.parametrize("case", list(PLANS) + ["one_rank", "no_ranks"])
+def test_rank_straggler_partial_equals_sql(tmp_path, case):
+    if case in ("one_rank", "no_ranks"):
+        n, rounds, plan = 3, 10, _straggle
+        ranks = {1000: None, 2000: 5, 3000: None} if case == "one_rank" else {}
+    else:
+        (n, rounds, plan), ranks = PLANS[case], None
+    raw = sync_log(tmp_path / "run.tlraw", n, rounds, plan, ranks=ranks)
+    one, set_dir, index = results(tmp_path, raw, split_ms=2 if case == "few_rounds" else 3)
+    assert STRAGGLER in index["partials"]
+    status, want = sql_findings(one, STRAGGLER)
+    got = set_result(set_dir, STRAGGLER)
+    assert got.note == FROM_INDEX
+    assert (got.status, got.findings) == (status, want)
+    expected = {"straggler": "warning", "two_ranks": "warning", "one_rank": "n/a", "no_ranks": "n/a"}.get(case, "ok")
+    assert status == expected, want
+    if case == "straggler":
+        assert [f.evidence["rank"] for f in want] == [2], want
+        assert "disk wait 0%" not in want[0].message and "runnable 0%" not in want[0].message, want
+
+
+def test_rank_straggler_declines_on_row_order(tmp_path):
+    """Two ranks taking turns: every wait of each is blamed on the other, both have 100% of the
+    other's waiting; the SQL's `order by share desc limit 1` names one of them by its row order."""
+    raw = sync_log(tmp_path / "run.tlraw", 2, 8, _rotate)
+    one, set_dir, index = results(tmp_path, raw)
+    status, want = sql_findings(one, STRAGGLER)
+    assert status == "ok" and "were 100% (rank " in want[0].message
+    got = set_result(set_dir, STRAGGLER)
+    assert got.note != FROM_INDEX
