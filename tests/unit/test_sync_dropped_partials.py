@@ -11,6 +11,7 @@ from test_gpu_convert import TID, WORKER, us
 from timeline.checks.traceset import FROM_INDEX
 from timeline.converters import convert
 from timeline.converters.trace_set import SplitSpec
+from timeline.sched_records import RING_SCHED
 
 
 def both(tmp_path, g, check, split_ms=100):
@@ -66,3 +67,59 @@ def test_sync_hotspots_partial_gives_the_sql_findings(tmp_path, case):
         assert want[1].message.startswith("python3 (tid 1000)")
     else:
         assert status == "ok" and want[0].message.startswith("no synchronizing"), want
+
+
+def busy(builder):
+    """The log's switches, and 1200 more on CPU 0 (the main thread off and on every 1.8 ms): drops of a
+    few records are then under error_fraction of the switches."""
+    def more():
+        b = builder()
+        b._sched = []
+        b.blocks = [x for x in b.blocks if not (x[0] == "ring" and x[1][0] == RING_SCHED)]
+        b.switch(us(0), 0, 5, TID, prev_tracked=False)
+        for i in range(600):
+            b.switch(us(1000 + 1800 * i), 0, TID, 5, prev_state=1, next_tracked=False)
+            b.switch(us(1900 + 1800 * i), 0, 5, TID, prev_tracked=False)
+        b.switch(us(1_200_000), 0, TID, 5, prev_state=1, next_tracked=False)
+        b.switch(us(10), 1, 6, WORKER, prev_tracked=False)
+        b.switch(us(1_200_000), 1, WORKER, 6, prev_state=1, next_tracked=False)
+        b.flush()
+        return b
+    return more
+
+
+def causes(full, refused):
+    return {"full": list(full), "refused": list(refused), "retried": [0, 0], "refused_max_pending": 4096,
+            "ring_bytes": 1 << 20}
+
+
+def scalar(end: dict) -> dict:
+    end["drops"]["proc"] = 700  # a total without CPUs (a log from before per-CPU drops): the counter only
+    return end
+
+
+@pytest.mark.parametrize("case", ["drops", "refused", "many", "scalar", "none"])
+def test_dropped_events_partial_gives_the_sql_findings(tmp_path, monkeypatch, case):
+    """Drops on both CPUs of two rings (warning), some refused with room left (overrun < dropped
+    events: the larger counts), enough to be an error, and none: the set's index says what the SQL
+    says of the one trace."""
+    import test_gpu_convert
+    from rawlog_factory import end_block
+    drops = {"drops": ([5, 2], [0, 1]), "refused": ([5, 2], [0, 1]), "many": ([500, 200], [0, 100]), "scalar": ([5, 2], [0, 1]),
+             "none": ([0, 0], [0, 0])}[case]
+    kw = {"drop_causes": {"sched": causes([1, 2], [4, 0]), "proc": causes([0, 0], [0, 1])}} if case == "refused" else {}
+    monkeypatch.setattr(test_gpu_convert, "end_block",
+                        lambda **a: (scalar if case == "scalar" else dict)(
+                            end_block(drops_sched=drops[0], drops_proc=drops[1], **kw, **a)))
+    g = sync_log("mixed")
+    g.builder = busy(g.builder)
+    (status, want), got, index = both(tmp_path, g, "dropped_events")
+    assert "dropped_events" in index.get("partials", {}) and len(index["chunks"]) >= 10
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    assert status == {"drops": "warning", "refused": "warning", "many": "error", "scalar": "error",
+                      "none": "ok"}[case], want
+    if case == "scalar":
+        assert want[0].evidence["dropped"] == 707 and want[0].evidence["dropped_per_cpu"] == "0:5 1:2", want
+    elif case != "none":
+        assert want[0].ts is not None and "by family: proc 1, sched 7" in want[0].message or case == "many"
+        assert want[0].evidence["dropped_per_cpu"] == ("0:500 1:300" if case == "many" else "0:5 1:3")
