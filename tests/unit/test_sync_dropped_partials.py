@@ -43,6 +43,7 @@ def sync_log(case: str) -> StackedGpuLog:
         g.call("cudaMemcpy", us(40_000), 500_000, args=(0x10, 0x20, 4096, 1))  # H2D: not a wait
         g.call("cudaMemcpy", us(300_000), 60_000_000, tid=WORKER, args=(0x10, 0x20, 1 << 20, 2))
         g.call("cudaDeviceSynchronize", us(450_000), 30_000_000, tid=WORKER)
+        g.call("cuMemcpyDtoH_v2", us(600_000), 5_000_000, tid=WORKER, args=(0x10, 0x20, 8))  # the driver's: D2H
         g.call("cudaLaunchKernel", us(900_000), 5000, tid=WORKER, args=(0x1000,))
     elif case == "main_below":
         g.call("cudaStreamSynchronize", us(500_000), 2_000_000)
@@ -61,7 +62,8 @@ def test_sync_hotspots_partial_gives_the_sql_findings(tmp_path, case):
     if case == "mixed":
         assert sev == ["error", "warning"], want
         assert "called at " in want[0].message and "scalar reads like .item()" in want[0].message
-        assert want[0].hint and want[1].evidence["scalar_reads"] == 0
+        assert want[0].hint and want[1].evidence["scalar_reads"] == 1
+        assert "cuMemcpyDtoH_v2 D2H 0.005 s (1 calls, 1 of <= 64 B" in want[1].message
     elif case == "main_below":
         assert sev == ["error", "ok"], want
         assert want[1].message.startswith("python3 (tid 1000)")
@@ -123,3 +125,16 @@ def test_dropped_events_partial_gives_the_sql_findings(tmp_path, monkeypatch, ca
     elif case != "none":
         assert want[0].ts is not None and "by family: proc 1, sched 7" in want[0].message or case == "many"
         assert want[0].evidence["dropped_per_cpu"] == ("0:500 1:300" if case == "many" else "0:5 1:3")
+
+
+@pytest.mark.parametrize("case", ["label_tie", "severity_tie"])
+def test_sync_hotspots_declines_where_the_sql_order_decides(tmp_path, case):
+    """Two labels of a thread with one total (group_concat's order), two listed threads of one
+    severity (trace_processor's utid order): no findings from the index, the SQL runs."""
+    g = sync_log("main_below")
+    if case == "label_tie":
+        g.call("cudaDeviceSynchronize", us(650_000), 300_000_000, tid=WORKER)
+    else:
+        g.call("cudaStreamSynchronize", us(600_000), 300_000_000, tid=TID)
+    _, got, index = both(tmp_path, g, "sync_hotspots")
+    assert "sync_hotspots" in index.get("partials", {}) and got.note != FROM_INDEX
