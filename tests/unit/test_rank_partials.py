@@ -196,22 +196,26 @@ def _tie(k, i):
     return [("run", 300), ("S", 1200), ("run", 300)] if i == 0 else [("run", 3000)]
 
 
-def test_rank_straggler_declines_on_a_blame_tie(tmp_path):
-    """Two ranks running all through a wait: the SQL's `order by busy desc` blames one by row order."""
+def test_rank_straggler_blame_ties_go_to_the_lowest_rank(tmp_path):
+    """Two ranks running all through a wait: the SQL's `order by busy desc, other` blames the lower
+    rank, and so does the partial (before 2026-11-27 the engine's row order picked: no partial)."""
     raw = sync_log(tmp_path / "run.tlraw", 3, 8, _tie)
     one, set_dir, index = results(tmp_path, raw)
-    assert STRAGGLER not in index["partials"] and CHECK in index["partials"]
+    assert STRAGGLER in index["partials"]
+    status, want = sql_findings(one, STRAGGLER)
+    got = set_result(set_dir, STRAGGLER)
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
 
 
-def test_rank_straggler_declines_on_row_order(tmp_path):
+def test_rank_straggler_share_ties_name_the_lowest_rank(tmp_path):
     """Two ranks taking turns: every wait of each is blamed on the other, both have 100% of the
-    other's waiting; the SQL's `order by share desc limit 1` names one of them by its row order."""
+    other's waiting; the SQL's `order by share desc, rank limit 1` names rank 0, as the partial does."""
     raw = sync_log(tmp_path / "run.tlraw", 2, 8, _rotate)
     one, set_dir, index = results(tmp_path, raw)
     status, want = sql_findings(one, STRAGGLER)
-    assert status == "ok" and "were 100% (rank " in want[0].message
+    assert status == "ok" and "were 100% (rank 0;" in want[0].message, want
     got = set_result(set_dir, STRAGGLER)
-    assert got.note != FROM_INDEX
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
 
 
 @pytest.mark.parametrize("what", ["nccl", "net", "memory", "net counter", "worker", "net one rank"])

@@ -133,8 +133,7 @@ def part(collectors, starts) -> dict | None:
         busy[j][wr == r] = 0  # its own waits are not about it
     top = busy.max(axis=0) if ws.size else np.zeros(0, np.int64)
     blamed_ok = (top > 0) & (top >= 0.5 * wd)
-    if ((busy == top) & blamed_ok).sum(axis=0).max(initial=0) > 1:
-        return None  # two ranks equally busy at the top: the SQL's row order picks
+    # two ranks equally busy at the top: the lowest (rks ascends; argmax takes the first), as the SQL's order by
     blamed = np.where(blamed_ok, np.array(rks, np.int64)[busy.argmax(axis=0)] if ws.size else 0, -1)
     per = []
     for r in rks:
@@ -173,9 +172,7 @@ def _rows(sp: dict, p: dict):
                    1.0 * waited / max(1, all_waited)))
     named = [x for x in rs if x[2] >= p["min_rounds"] and x[11] >= p["share_warn"]
              and x[2] >= p["rounds_warn"] * x[4] and x[3] >= p["min_wait_ms"] * 1e6 * p["min_rounds"]]
-    named.sort(key=lambda x: -x[3])
-    if any(a[3] == b[3] for a, b in zip(named, named[1:])):
-        return None  # equal waited times: the SQL's order decides which come first (or make the top 3)
+    named.sort(key=lambda x: (-x[3], x[0]))  # the SQL's `order by waited desc, rank`
     for r, pid, n, waited, all_waits, all_waited, median, running, runnable, disk, sleeping, share in named[:3]:
         tot = max(1, running + runnable + disk + 0 + sleeping)
         row(severity="warning", finding=(
@@ -190,9 +187,7 @@ def _rows(sp: dict, p: dict):
     if not named:
         shares = [x[11] for x in rs]
         top = max(shares) if shares else None
-        if top is not None and shares.count(top) > 1:
-            return None  # the SQL's `order by share desc limit 1` picks one of them
-        who = str(rs[shares.index(top)][0]) if shares else "-"
+        who = str(rs[shares.index(top)][0]) if shares else "-"  # the lowest rank of the top share (rs by rank)
         row(severity="ok", finding=(
             f"{sp['ranks']} ranks, none kept the others waiting: of {sp['waits']} waits of >= "
             f"{'%g' % p['min_wait_ms']} ms, the most on one rank were {_fixed(100.0 * (top or 0), 0)}% (rank {who}; "

@@ -55,9 +55,11 @@ from _tl_rs_waits w join _tl_rs_states s
   on s.rank != w.rank and s.ts < w.ts + w.dur and s.ts + s.dur > w.ts and s.state = 'Running'
 group by w.wid, s.rank;
 
+-- (Ties go to the lowest rank, here and in the lists below: the trace's content, never the
+-- engine's row order, picks; partials/rank_straggler.py does the same.)
 create or replace perfetto table _tl_rs_blame as
 select wid, waiter, other as blamed, wait, busy from (
-  select *, row_number() over (partition by wid order by busy desc) as k from _tl_rs_busy)
+  select *, row_number() over (partition by wid order by busy desc, other) as k from _tl_rs_busy)
 where k = 1 and busy >= 0.5 * wait;
 
 -- Per blamed rank: against the waits of the other ranks (its own are not
@@ -220,14 +222,14 @@ select * from (select 'warning' as severity,
   null as ts, null as dur, null as hint,
   rank, n as rounds_last, round(waited / 1e6, 3) as waited_ms, round(median / 1e6, 3) as median_ms,
   round(share, 4) as share, retransmits, round(srtt_ms, 3) as srtt_max_ms, round(reclaim / 1e6, 3) as reclaim_ms
-from _tl_rs_named order by waited desc limit 3)
+from _tl_rs_named order by waited desc, rank limit 3)
 union all
 select * from (select 'warning',
   printf('rank %d (pid %d) entered the collectives last: in %d of %d NCCL rounds (the k-th collective call of '
          || 'every rank), late by %.1f ms (median) behind the next-latest rank, %.2f s in all',
          rank, pid, n, rounds, median / 1e6, waited / 1e9),
   null, null, null, rank, n, round(waited / 1e6, 3), round(median / 1e6, 3), round(share, 4), null, null, null
-from _tl_rs_coll_named order by n desc limit 3)
+from _tl_rs_coll_named order by n desc, rank limit 3)
 union all
 select 'warning',
   printf('the ranks were waiting on the network (%d retransmits, RTT up to %.1f ms): %d of their %d waits of '
@@ -250,7 +252,7 @@ select 'ok', printf('%d ranks, none kept the others waiting: of %d waits of >= %
                     || '%.0f%% (rank %s; a straggler from %.0f%%)',
                     (select count(*) from _tl_ranks), (select count(*) from _tl_rs_waits), ${min_wait_ms},
                     100.0 * coalesce((select max(share) from _tl_rs), 0),
-                    coalesce((select cast(rank as text) from _tl_rs order by share desc limit 1), '-'),
+                    coalesce((select cast(rank as text) from _tl_rs order by share desc, rank limit 1), '-'),
                     100.0 * ${share_warn}),
   null, null, null, null, null, null, null, null, null, null, null
 where (select count(*) from _tl_ranks) >= 2 and not exists(select 1 from _tl_rs_named)
