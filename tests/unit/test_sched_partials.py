@@ -486,3 +486,18 @@ def test_cpu_contention_partial_on_random_sched(tmp_path, seed):
     assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
     # the hogs' last slices are still open (dur -1) while the main thread waits: span_join's -1 ns pieces
     assert "the CPUs were meanwhile taken by" in want[0].message, want
+
+
+def test_an_event_before_the_first_record_moves_the_start_bounds(tmp_path, monkeypatch):
+    """trace_start() is the earliest event of the trace: the recorder's "library attached" slices can
+    come before the log's first record (seen on a real recording: cpu_contention's "+0.04 s" where the
+    one trace says "+0.05 s"). An async slice, an instant or a counter written earlier moves both
+    bounds to it."""
+    raw = busy_log(tmp_path / "run.tlraw")
+    c = fed(tmp_path, raw, monkeypatch)
+    lo, hi = c.start_bounds()
+    c.async_slice("timeline: cuda probes", lo - 5000, 0, "libcudart.so.12", "timeline")
+    assert c.start_bounds() == (lo - 5000, lo - 5000)
+    c.instant(lo - 7000, 1000, 1000, "x", "timeline")
+    c.counters("rss_bytes", [lo - 9000], [1.0], 1000)
+    assert c.start_bounds() == (lo - 9000, lo - 9000)

@@ -35,7 +35,8 @@ API (all times ns, BOOTTIME as in the trace; tids as the trace shows them: 0 idl
   .steady(main)               -> (ts, end_ts) of tl_steady, False for no row (no CUDA call in the main
                                   process), None if not certain.
   .start_bounds()             -> (lo, hi): trace_start() of the one trace lies in [lo, hi] (the log's
-                                  first record, the first switch the trace keeps); a "+x s" printed
+                                  first record, the first switch the trace keeps or the first event the
+                                  sink wrote, if earlier: instants can be); a "+x s" printed
                                   from it is certain where both ends print alike.
 Numbers go out as the SQL prints them with _gpu._fixed / _round (printf %.Nf, round(): the exact
 binary value rounded half away from zero, as trace_processor's SQLite does).
@@ -133,6 +134,7 @@ class SchedColumns:
         self._cols = None
         self._states: dict = {}
         self._sched = None
+        self.first_event: int | None = None  # the earliest slice, instant, counter or sample written (_seen)
 
     def _hold(self, n: int) -> bool:
         self.rows += n
@@ -164,7 +166,30 @@ class SchedColumns:
         if f.size and self._hold(f.size):
             self.forks.append((f["ts"].astype(np.int64), f["tid"].astype(np.int32), f["child_tid"].astype(np.int32)))
 
+    def _seen(self, ts) -> None:
+        """The earliest event the sink writes (trace_start() is at or before it)."""
+        ts = np.asarray(ts, np.int64)
+        if ts.size:
+            t = int(ts.min())
+            self.first_event = t if self.first_event is None else min(self.first_event, t)
+
+    def instant(self, ts, tid, pid, name, cat, args=None) -> None:
+        self._seen([ts])
+
+    def async_slice(self, track, ts, dur, name, cat, args=None) -> None:
+        self._seen([ts])
+
+    def counters(self, name, ts, values, pid=None) -> None:
+        self._seen(ts)
+
+    def group_counters(self, group, name, ts, values) -> None:
+        self._seen(ts)
+
+    def stack_samples(self, ts, tid, pid, stack, callstacks, frames, label=None, timer=False) -> None:
+        self._seen(ts)
+
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None) -> None:
+        self._seen([ts])
         if cat == MAIN_CAT and name == MAIN_MARK:
             self.marks.append((int(dur), int(ts), int(tid), int(pid if pid is not None else self.pid_of(tid) or tid)))
         if cat in CUDA_CATS:
@@ -175,6 +200,7 @@ class SchedColumns:
 
     def slices(self, ts, dur, tid, pid, name, cat, args=(), flow_out=None, flow_in=None) -> None:
         ts = np.asarray(ts, np.int64).reshape(-1)
+        self._seen(ts)
         n = ts.size
         if not n or self.declined:
             return
@@ -206,7 +232,7 @@ class SchedColumns:
                 self.s.codes(_arg(args, "py"), n)[launch].astype(np.int32)))
 
     def group_slices(self, ts, dur, name, cat, args=(), flow_out=None, flow_in=None) -> None:
-        pass  # GPU work: none of the sched checks read it
+        self._seen(ts)  # GPU work: none of the sched checks read it, but it is in the trace's bounds
 
     # -- trace_processor's tables
     def _columns(self):
@@ -309,6 +335,8 @@ class SchedColumns:
         if s is None or self.log_start is None:
             return None
         first = int(s["ts"].min()) if s["ts"].size else self.log_start
+        if self.first_event is not None:  # an event written before them (the recorder's "library attached"
+            first = min(first, self.first_event)  # instants come from before the log's first record)
         return min(self.log_start, first), first
 
     # -- the prelude's picks
