@@ -174,3 +174,15 @@ def test_alloc_churn_declines_where_a_slice_crosses_a_call(tmp_path, where):
     (status, want), got, index, _ = both_ways(tmp_path, g, check="alloc_churn")
     assert "alloc_churn" not in index.get("partials", {})
     assert got.note != FROM_INDEX and got.status == status
+
+
+def test_alloc_churn_without_allocations_ignores_slices_across_the_span(tmp_path):
+    """With no allocation at all only the "no device allocations" row is printed: a range crossing the
+    last CUDA call's end (which declines beside allocations, above) changes nothing there, and the
+    partial is written (it was not on the 8-GPU bench node, loading every chunk for this one row)."""
+    g = alloc_log("none")
+    g.nvtx((10, "step"), us(50_010), us(58_000))
+    (status, want), got, index, _ = both_ways(tmp_path, g, check="alloc_churn")
+    assert "alloc_churn" in index.get("partials", {})
+    assert got.note == FROM_INDEX and (got.status, got.findings) == (status, want)
+    assert [f.message for f in want] == ["no device allocations or frees recorded"], want

@@ -31,9 +31,10 @@ Collector = (CudaCalls, SchedColumns)
 
 def part(collectors, starts) -> dict | None:
     calls, sched = collectors
-    if (calls.declined or not calls.seen or calls.model is None or not nested(sched, calls.ac_rows)
-            or not spans_as_written(sched, calls.thread_span)):
+    if calls.declined or not calls.seen or calls.model is None or not nested(sched, calls.ac_rows):
         return None
+    if calls.ac and not spans_as_written(sched, calls.thread_span):
+        return None  # (the CUDA span is printed only beside allocations: without any, no span to get right)
     ac = []
     for p, (mallocs, frees, inside) in sorted(calls.ac.items()):
         lo, hi = calls.span[p]
