@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._gpu import CUDA_CATS, _arg, _Strings, fn_codes
+from ._reduce import reduced
 
 NOT_READY_FNS = ("cudaStreamQuery", "cudaEventQuery", "cuStreamQuery", "cuEventQuery")
 MAX_HELD = 1_000_000  # failed calls, graph set-up calls held (ts, dur, tid) for the nesting check
@@ -342,11 +343,7 @@ def at_or_before(samples: list, t: int):
 
 def reduce(check_id: str, params: dict, rows: list) -> list[dict]:
     """The check's reduce SQL (below its @reduce line) run in SQLite on its map table's rows."""
-    from ..catalog import BY_ID
-    from ..runner import render_sql
-    from ..traceset import reduce_rows, split_sql
-    _, table, sql = split_sql(render_sql(BY_ID[check_id], params))
-    return reduce_rows(sql, table, COLUMNS[check_id], [tuple(r) for r in rows])
+    return reduced(check_id, params, COLUMNS[check_id], rows)
 
 
 COLUMNS = {

@@ -18,13 +18,13 @@ for the converter, `_sched.py` cannot say a thread's states, or for other parame
 from __future__ import annotations
 
 import math
-import sqlite3
 
 import numpy as np
 
 from ..catalog import BY_ID
 from ...converters.model import OUTSIDE_TID
 from ._gpu import made_with
+from ._reduce import reduced
 from ._sched import SchedColumns
 
 CHECK = "block_io"
@@ -175,13 +175,6 @@ def _d_sleep(sched: SchedColumns):
 def merge(set_part: dict, chunk_parts: list, params: dict):
     """The check's rows: its SQL's reduce part run on the map rows of the set's part (None where the
     partial does not apply: run the SQL)."""
-    from ..runner import render_sql
-    from ..traceset import reduce_rows, split_sql
-
     if not made_with(set_part, VERSION, params):
         return None
-    _, table, reduce_sql = split_sql(render_sql(BY_ID[CHECK], params))
-    try:
-        return reduce_rows(reduce_sql, table, COLUMNS, [tuple(r) for r in set_part["rows"]])
-    except sqlite3.Error:
-        return None
+    return reduced(CHECK, params, COLUMNS, set_part["rows"])

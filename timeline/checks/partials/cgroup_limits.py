@@ -19,9 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import BY_ID
-from ..runner import render_sql
-from ..traceset import reduce_rows, split_sql
 from ._gpu import made_with
+from ._reduce import reduced
 from ._sched import SchedColumns
 
 CHECK = "cgroup_limits"
@@ -135,10 +134,9 @@ def part(cols, starts) -> dict | None:
 def merge(set_part: dict, chunk_parts: list, params: dict):
     if not made_with(set_part, VERSION, params):
         return None
-    _, table, reduce_sql = split_sql(render_sql(BY_ID[CHECK], params))
     rows = [tuple(r) for r in set_part["rows"]]
     (s_lo, s_hi), (e_lo, e_hi) = set_part["start"], set_part["end"]
     # the shortest and the longest span the one trace can have: one answer only if both print alike
-    short = reduce_rows(reduce_sql, table, COLUMNS, rows + [("bounds", None, None, e_lo, s_hi)])
-    long = reduce_rows(reduce_sql, table, COLUMNS, rows + [("bounds", None, None, e_hi, s_lo)])
+    short = reduced(CHECK, params, COLUMNS, rows + [("bounds", None, None, e_lo, s_hi)])
+    long = reduced(CHECK, params, COLUMNS, rows + [("bounds", None, None, e_hi, s_lo)])
     return short if short == long else None

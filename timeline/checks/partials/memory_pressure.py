@@ -17,11 +17,11 @@ is checked against its SQL with them).
 """
 from __future__ import annotations
 
-import sqlite3
 
 from ..catalog import BY_ID
 from ...converters.interface import Column
 from ._gpu import made_with
+from ._reduce import reduced
 from .hang import _process_name
 
 CHECK = "memory_pressure"
@@ -123,13 +123,6 @@ def part(cols: MemColumns, starts) -> dict | None:
 def merge(set_part: dict, chunk_parts: list, params: dict):
     """The check's rows: its SQL's reduce part run on the map rows of the set's part (None where the
     partial does not apply: run the SQL)."""
-    from ..runner import render_sql
-    from ..traceset import reduce_rows, split_sql
-
     if not made_with(set_part, VERSION, params):
         return None
-    _, table, reduce_sql = split_sql(render_sql(BY_ID[CHECK], params))
-    try:
-        return reduce_rows(reduce_sql, table, COLUMNS, [tuple(r) for r in set_part["rows"]])
-    except sqlite3.Error:
-        return None
+    return reduced(CHECK, params, COLUMNS, set_part["rows"])
