@@ -194,9 +194,9 @@ class SplitSink(TrackSink):
         self.categories: set[str] = set()
         self.counter_names: set[str] = set()
         self.samples = False
-        self.taps: list = []  # checks' partial collectors (timeline.checks.partials): see every slice batch
-        #                       (and, those with the method of that name: instants, counters, group counters,
-        #                       stack samples, and SplitWriter's sched and proc records)
+        self.taps: list = []  # checks' partial collectors (timeline.checks.partials): each sees what the sink
+        #                       writes through a method of the same name, where it has one (slices, group slices,
+        #                       instants, counters, stack samples...), and SplitWriter's sched and proc records
 
     # -- routing
     def chunk_of(self, ts) -> np.ndarray:
@@ -252,8 +252,7 @@ class SplitSink(TrackSink):
     # -- TrackSink
     def slice(self, ts, dur, tid, pid, name, cat, args=None, flow_out=None, flow_in=None):
         self._category(cat)
-        for tap in self.taps:
-            tap.slice(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
+        self._tap(SplitSink.slice, ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         end = ts + max(dur, 0)
         k0 = int(self.chunk_of(ts))
         k1 = max(k0, int(self.chunk_of(max(end - 1, ts))))
@@ -308,8 +307,7 @@ class SplitSink(TrackSink):
             return
         tid = np.asarray(tid)
         pid = None if pid is None else np.asarray(pid)
-        for tap in self.taps:
-            tap.slices(ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
+        self._tap(SplitSink.slices, ts, dur, tid, pid, name, cat, args, flow_out, flow_in)
         if flow_out is not None or flow_in is not None:
             k0 = self.chunk_of(ts)
             self.flows.add(flow_out, OUT, k0, tid, pid)
@@ -326,8 +324,7 @@ class SplitSink(TrackSink):
         self._category(cat)
         if len(ts) == 0:
             return
-        for tap in self.taps:
-            tap.group_slices(ts, dur, name, cat, args, flow_out, flow_in)
+        self._tap(SplitSink.group_slices, ts, dur, name, cat, args, flow_out, flow_in)
         if flow_out is not None or flow_in is not None:
             k0, where = self.chunk_of(ts), self.flows.group_track(group, track, lane)
             self.flows.add(flow_out, OUT, k0, track=where)

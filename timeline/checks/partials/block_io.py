@@ -95,16 +95,6 @@ class BlockColumns:
         if tid is not None and dur >= self.slow_ns:
             d.slow[int(tid)] = d.slow.get(int(tid), 0) + 1
 
-    # the sink hands every collector these: block requests are none of them
-    def slice(self, *a, **kw) -> None:
-        pass
-
-    def slices(self, *a, **kw) -> None:
-        pass
-
-    def group_slices(self, *a, **kw) -> None:
-        pass
-
 
 Collector = (BlockColumns, SchedColumns)
 

@@ -61,14 +61,6 @@ class StackSamples:
         self.timer_threads: set = set()
         self.declined = ""
 
-    def slice(self, *a, **kw) -> None:
-        pass
-
-    def slices(self, *a, **kw) -> None:
-        pass
-
-    def group_slices(self, *a, **kw) -> None:
-        pass
 
     def _offset(self):
         """BOOTTIME - MONOTONIC as the Perfetto writer takes it (None: timer samples keep exact times)."""
